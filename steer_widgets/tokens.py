@@ -1,0 +1,115 @@
+"""Prompts to token ids, with a flag per token saying whether it is special.
+
+A chat prompt is rendered with the model's chat template (``add_generation_prompt=True``) and
+tokenized without adding special tokens again, so there is never a double BOS. Every token
+that does not come from a message's own content (BOS, role headers, the template's default
+system prompt) is flagged special: that is what ``steer_special_tokens=False`` leaves alone
+and what activation heatmaps grey out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import RequestError
+
+ROLES = ("system", "user", "assistant")
+Prompt = str | Sequence[dict]
+
+
+@dataclass(frozen=True)
+class EncodedPrompt:
+    ids: tuple[int, ...]
+    special: tuple[bool, ...]
+    chat: bool
+
+
+class Tokenizer:
+    """Thin wrapper over a transformers fast tokenizer."""
+
+    def __init__(self, hf_tokenizer) -> None:
+        self.hf = hf_tokenizer
+        self.special_ids = frozenset(hf_tokenizer.all_special_ids)
+        self.eos_id = hf_tokenizer.eos_token_id
+        self.bos_id = hf_tokenizer.bos_token_id
+
+    @classmethod
+    def from_folder(cls, folder: Path) -> Tokenizer:
+        from transformers import AutoTokenizer
+
+        return cls(AutoTokenizer.from_pretrained(folder))
+
+    @property
+    def has_chat_template(self) -> bool:
+        return bool(getattr(self.hf, "chat_template", None))
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.hf.decode(list(ids), skip_special_tokens=True)
+
+    def token_strings(self, ids: Sequence[int]) -> list[str]:
+        """Each token as the text it contributes (for heatmaps)."""
+        return [self.hf.decode([i]) for i in ids]
+
+    def encode(self, prompt: Prompt, max_len: int | None = None) -> EncodedPrompt:
+        """Encode a completion prompt (str) or chat messages; validate before any work."""
+        if isinstance(prompt, str):
+            enc = self._encode_text(prompt)
+        else:
+            enc = self._encode_chat(prompt)
+        if max_len is not None and len(enc.ids) > max_len:
+            raise RequestError(
+                "prompt", f"is {len(enc.ids)} tokens; the model's context allows {max_len}"
+            )
+        return enc
+
+    def _encode_text(self, text: str) -> EncodedPrompt:
+        if not text.strip():
+            raise RequestError("prompt", "is empty")
+        ids = self.hf(text, add_special_tokens=True)["input_ids"]
+        return EncodedPrompt(tuple(ids), tuple(i in self.special_ids for i in ids), chat=False)
+
+    def _encode_chat(self, messages: Sequence[dict]) -> EncodedPrompt:
+        _check_messages(messages)
+        if not self.has_chat_template:
+            raise RequestError("prompt", "is a chat (list of messages) but this model has no chat template")
+        text = self.hf.apply_chat_template(
+            [dict(m) for m in messages], add_generation_prompt=True, tokenize=False
+        )
+        enc = self.hf(text, add_special_tokens=False, return_offsets_mapping=True)
+        spans = _content_spans(text, [m["content"] for m in messages])
+        special = tuple(
+            i in self.special_ids or not _inside(a, b, spans)
+            for i, (a, b) in zip(enc["input_ids"], enc["offset_mapping"], strict=True)
+        )
+        return EncodedPrompt(tuple(enc["input_ids"]), special, chat=True)
+
+
+def _check_messages(messages: Sequence[dict]) -> None:
+    if len(messages) == 0:
+        raise RequestError("prompt", "is an empty list of messages")
+    for n, m in enumerate(messages):
+        if not isinstance(m, dict) or set(m) != {"role", "content"}:
+            raise RequestError(f"prompt[{n}]", "must be a dict with exactly 'role' and 'content'")
+        if m["role"] not in ROLES:
+            raise RequestError(f"prompt[{n}].role", f"is {m['role']!r}; expected one of {ROLES}")
+        if not isinstance(m["content"], str):
+            raise RequestError(f"prompt[{n}].content", "must be a string")
+    if not any(m["content"].strip() for m in messages):
+        raise RequestError("prompt", "has no message with content")
+
+
+def _content_spans(text: str, contents: list[str]) -> list[tuple[int, int]]:
+    """Character spans of each message's content, found in order in the rendered template."""
+    spans, pos = [], 0
+    for c in contents:
+        at = text.find(c, pos) if c else -1
+        if at >= 0:
+            spans.append((at, at + len(c)))
+            pos = at + len(c)
+    return spans
+
+
+def _inside(a: int, b: int, spans: list[tuple[int, int]]) -> bool:
+    return b > a and any(s <= a and b <= e for s, e in spans)
