@@ -41,7 +41,10 @@ def invariant_group_sizes(
 
     def attention_ok(m: int) -> bool:
         for length in (7, 64, 333, 1500):
-            q, k, v = (rand(m, h, n, d_head) for h, n in ((n_heads, 1), (n_kv_heads, length), (n_kv_heads, length)))
+            q, k, v = (
+                rand(m, h, n, d_head)
+                for h, n in ((n_heads, 1), (n_kv_heads, length), (n_kv_heads, length))
+            )
             if not rows_match_solo(_attend, q, k, v):
                 return False
         return True

@@ -22,7 +22,9 @@ PACK_ROWS = 8  # the batch size oneDNN is told to pack for; any row count runs
 
 
 def _onednn_ok(w: Tensor) -> bool:
-    return w.device.type == "cpu" and w.dtype == torch.float32 and torch.backends.mkldnn.is_available()
+    return (
+        w.device.type == "cpu" and w.dtype == torch.float32 and torch.backends.mkldnn.is_available()
+    )
 
 
 class Linear:

@@ -95,6 +95,13 @@ class KVCache:
     def capacity(self) -> int:
         return self.k.shape[3]
 
+    def view(self, row: int) -> KVCache:
+        """The cache of one row, sharing storage: prefill writes through it."""
+        part = KVCache.__new__(KVCache)
+        part.k, part.v = self.k[:, row : row + 1], self.v[:, row : row + 1]
+        part.length = 0
+        return part
+
 
 class Llama:
     """Llama-family decoder (Llama, SmolLM2, Mistral without sliding window)."""
@@ -110,7 +117,9 @@ class Llama:
             return Linear(torch.cat([state[n] for n in names]).to(device=device, dtype=dtype))
 
         self.embed = w("model.embed_tokens.weight")
-        self.unembed = lin("lm_head.weight" if "lm_head.weight" in state else "model.embed_tokens.weight")
+        self.unembed = lin(
+            "lm_head.weight" if "lm_head.weight" in state else "model.embed_tokens.weight"
+        )
         self.final_norm = w("model.norm.weight")
         self.layers = []
         for i in range(cfg.n_layers):
@@ -148,13 +157,20 @@ class Llama:
     def hook_names(self) -> list[str]:
         return [f"blocks.{i}.{k}" for i in range(self.cfg.n_layers) for k in HOOK_KINDS]
 
+    def hook_widths(self) -> dict[str, int]:
+        """Width of the flattened activation at every hook point (what an SAE's d_in is)."""
+        d = self.cfg.d_model
+        return {name: d for name in self.hook_names}  # attn.hook_z flattens heads to d_model
+
     def weight_bytes(self) -> int:
         """Bytes read per decode step (every weight once; tied embeddings counted once)."""
         linears = [self.unembed] + [
             lin for x in self.layers for lin in (x.wqkv, x.wo, x.w_gate_up, x.w_down)
         ]
         norms = [self.final_norm] + [n for x in self.layers for n in (x.attn_norm, x.mlp_norm)]
-        return sum(lin.nbytes() for lin in linears) + sum(n.numel() * n.element_size() for n in norms)
+        return sum(lin.nbytes() for lin in linears) + sum(
+            n.numel() * n.element_size() for n in norms
+        )
 
     def new_cache(self, rows: int, length: int) -> KVCache:
         return KVCache(self.cfg, rows, length, self.device, self.dtype)
@@ -178,11 +194,13 @@ class Llama:
         cache: KVCache | None = None,
         hooks: Mapping[str, Hook] | None = None,
         stop_at_layer: int | None = None,
+        last_only: bool = False,
     ) -> Tensor:
         """Run ``tokens`` [B, T]; return logits [B, T, V], or the residual after block
         ``stop_at_layer - 1`` when stopping early (activations need no unembedding).
 
         With a cache, ``tokens`` continue the cached positions and the cache is extended.
+        ``last_only`` unembeds the last position only (what decoding needs).
         """
         cfg, hooks = self.cfg, hooks or {}
         start = cache.length if cache is not None else 0
@@ -196,6 +214,8 @@ class Llama:
             cache.length = start + tokens.shape[1]
         if stop_at_layer is not None:
             return x
+        if last_only:
+            x = x[:, -1:]
         return self._mm(self._norm(x, self.final_norm), self.unembed)
 
     def _mm(self, x: Tensor, w: Linear) -> Tensor:

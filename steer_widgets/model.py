@@ -9,7 +9,6 @@ unless the caller names a model that is not on disk.
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -137,7 +136,3 @@ def model_summary(model: LoadedModel) -> dict:
     """Small JSON-able description used in reproducibility records."""
     cfg = model.runtime.cfg
     return {"model": model.name, "n_layers": cfg.n_layers, "d_model": cfg.d_model}
-
-
-def _dump(obj) -> str:  # pragma: no cover - debugging aid
-    return json.dumps(obj, indent=2)

@@ -73,7 +73,9 @@ class Tokenizer:
     def _encode_chat(self, messages: Sequence[dict]) -> EncodedPrompt:
         _check_messages(messages)
         if not self.has_chat_template:
-            raise RequestError("prompt", "is a chat (list of messages) but this model has no chat template")
+            raise RequestError(
+                "prompt", "is a chat (list of messages) but this model has no chat template"
+            )
         text = self.hf.apply_chat_template(
             [dict(m) for m in messages], add_generation_prompt=True, tokenize=False
         )

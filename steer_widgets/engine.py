@@ -1,0 +1,248 @@
+"""The engine: model, SAE store and steering behind a small public API.
+
+It knows nothing of widgets. A widget (or a notebook, or a test) builds a ``SteerRequest``
+and calls ``steer`` or ``steer_stream``; everything is validated before any work starts, so a
+bad request raises a ``RequestError``/``SourceError`` and leaves the engine as it was.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+
+import torch
+
+from .errors import RequestError, SourceError
+from .generation import Row, Sampling, decode
+from .model import DEFAULT_MODEL, LoadedModel, load_model
+from .results import Completion, Frame, SteerResult
+from .sae_store import DEFAULT_BUDGET, SAEStore
+from .steering import (
+    Direction,
+    Plan,
+    SteerRequest,
+    check_combinable,
+    row_op,
+    sweep_label,
+    unit,
+    validate_shape,
+)
+from .tokens import EncodedPrompt
+
+DEFAULT_CACHE_SIZE = 32
+_default_engine: Engine | None = None
+_default_lock = threading.Lock()
+
+
+class Engine:
+    """A model plus SAEs, ready to steer.
+
+    ``model``: a ``LoadedModel``, a model name (the offline default unless you have network),
+    or a local folder. ``saes``: SAE folders or SAE Lens ``release/sae_id`` strings, or a
+    mapping from the source name to show to one of those; ``None`` registers the SAEs shipped
+    for the model (the default model has them).
+    """
+
+    def __init__(
+        self,
+        model: LoadedModel | str = DEFAULT_MODEL,
+        saes: Sequence[str | Path] | Mapping[str, str | Path] | None = None,
+        sae_budget_bytes: int = DEFAULT_BUDGET,
+        device: str = "cpu",
+        dtype: torch.dtype = torch.float32,
+    ) -> None:
+        self.model = model if isinstance(model, LoadedModel) else load_model(model, device, dtype)
+        self.saes = SAEStore(self.model.runtime.hook_widths(), sae_budget_bytes)
+        if saes is None:
+            self.saes.add_packaged(self.model.name)
+        elif isinstance(saes, Mapping):
+            for name, location in saes.items():
+                self.saes.add(location, name)
+        else:
+            for location in saes:
+                self.saes.add(location)
+        self._defaults: OrderedDict[tuple, Completion] = OrderedDict()
+        self._lock = threading.Lock()  # one decode at a time: the CPU is the bottleneck
+        self._active: set[threading.Event] = set()
+        self.stop_ids = frozenset({self.tokenizer.eos_id} - {None})
+
+    @classmethod
+    def default(cls) -> Engine:
+        """The shared engine on the offline default model and its SAEs (loaded once)."""
+        global _default_engine
+        with _default_lock:
+            if _default_engine is None:
+                _default_engine = cls()
+            return _default_engine
+
+    @property
+    def tokenizer(self):
+        return self.model.tokenizer
+
+    @property
+    def hook_names(self) -> list[str]:
+        return self.model.runtime.hook_names
+
+    # -- public API ------------------------------------------------------------------------
+    def steer(
+        self, request: SteerRequest | Mapping, cancel: threading.Event | None = None
+    ) -> SteerResult:
+        """Run a request (or replay a record from ``SteerResult.to_dict()``) to the end."""
+        request = _as_request(request)
+        started = time.perf_counter()
+        frame = None
+        for frame in self.steer_stream(request, cancel):  # noqa: B007 - keep the last one
+            pass
+        elapsed = time.perf_counter() - started
+        prompt = self._encode(request)
+        stats = {"seconds": elapsed, "steps": frame.step if frame else 0}
+        return SteerResult(request, dict(frame.outputs), prompt.ids, self.model.name, stats)
+
+    def steer_stream(
+        self, request: SteerRequest | Mapping, cancel: threading.Event | None = None
+    ) -> Iterator[Frame]:
+        """Yield a ``Frame`` after every decode step: each output's text and ids so far.
+
+        Every output is decoded in one batch and is token for token what it would be if
+        requested alone with the same seed. A DEFAULT already computed for this prompt and
+        these sampling settings is reused, not regenerated.
+        """
+        request = _as_request(request)
+        prompt, plan = self.plan(request)  # raises before any work
+        return self._stream(request, prompt, plan, cancel or threading.Event())
+
+    def generate(self, prompt, **sampling) -> Completion:
+        """The model's own completion (no steering), e.g. ``engine.generate("Hi", seed=1)``."""
+        request = SteerRequest(prompt=prompt, types=("DEFAULT",), **sampling)
+        return self.steer(request).outputs["DEFAULT"]
+
+    def cancel_all(self) -> None:
+        """Stop every running generation within one decode step."""
+        for event in list(self._active):
+            event.set()
+
+    def plan(self, request: SteerRequest) -> tuple[EncodedPrompt, Plan]:
+        """Validate ``request`` against the model and SAEs and build its rows."""
+        validate_shape(request)
+        prompt = self._encode(request)
+        sampling = request.sampling
+        sampling.validate(self.model.runtime.cfg.max_context - len(prompt.ids))
+        directions = self._directions(request)
+        check_combinable(request.steer_method, directions)
+        mask = None
+        if not request.steer_special_tokens:
+            mask = torch.tensor(prompt.special, dtype=torch.bool)
+        plan = Plan()
+        if "DEFAULT" in request.types:
+            plan.labels.append("DEFAULT")
+            plan.rows.append(Row())
+        multipliers = []
+        if "STEERED" in request.types:
+            multipliers.append(("STEERED", request.strength_multiplier))
+        multipliers += [(sweep_label(m), m) for m in request.sweep]
+        for label, mult in multipliers:
+            by_hook: dict[str, list[Direction]] = {}
+            for d in directions:
+                by_hook.setdefault(d.hook, []).append(d)
+            ops = {h: row_op(request.steer_method, ds, mult, mask) for h, ds in by_hook.items()}
+            plan.labels.append(label)
+            plan.rows.append(Row(ops))
+        return prompt, plan
+
+    # -- internals -------------------------------------------------------------------------
+    def _encode(self, request: SteerRequest) -> EncodedPrompt:
+        return self.tokenizer.encode(request.prompt, self.model.runtime.cfg.max_context - 1)
+
+    def _directions(self, request: SteerRequest) -> list[Direction]:
+        out = []
+        for i, f in enumerate(request.features):
+            try:
+                cfg = self.saes.config(f.source)
+                vec = self.saes.decoder_row(f.source, f.index)
+            except SourceError as err:
+                raise RequestError(f"features[{i}]", str(err)) from err
+            if request.normalize_steering:
+                vec = unit(vec, f"features[{i}]")
+            out.append(Direction(cfg.hook_name, vec, float(f.strength)))
+        widths = self.model.runtime.hook_widths()
+        for i, v in enumerate(request.vectors):
+            if v.hook not in widths:
+                raise RequestError(f"vectors[{i}].hook", f"the model has no hook {v.hook!r}")
+            vec = torch.as_tensor(v.vector, dtype=torch.float32).flatten()
+            if vec.numel() != widths[v.hook]:
+                raise RequestError(
+                    f"vectors[{i}].vector",
+                    f"has width {vec.numel()}, but {v.hook} is {widths[v.hook]} wide",
+                )
+            if not torch.isfinite(vec).all():
+                raise RequestError(f"vectors[{i}].vector", "contains NaN or infinite values")
+            if request.normalize_steering:
+                vec = unit(vec, f"vectors[{i}].vector")
+            out.append(Direction(v.hook, vec.to(self.model.runtime.device), float(v.strength)))
+        return out
+
+    def _stream(self, request, prompt, plan, cancel) -> Iterator[Frame]:
+        key = (prompt.ids, request.sampling)
+        outputs: dict[str, Completion] = {}
+        cached = self._defaults.get(key) if "DEFAULT" in plan.labels else None
+        labels, rows = plan.labels, plan.rows
+        if cached is not None:
+            outputs["DEFAULT"] = cached
+            labels, rows = labels[1:], rows[1:]
+        for label in labels:
+            outputs[label] = Completion("", ())
+        if not rows:
+            yield Frame(_ordered(outputs, plan.labels), 0, done=True)
+            return
+        ids: list[list[int]] = [[] for _ in rows]
+        self._active.add(cancel)
+        step = 0
+        try:
+            with self._lock:
+                for step_out in decode(
+                    self.model.runtime, prompt.ids, rows, request.sampling, self.stop_ids, cancel
+                ):
+                    step += 1
+                    for r, token in enumerate(step_out.tokens):
+                        if token is not None:
+                            ids[r].append(token)
+                    for r, label in enumerate(labels):
+                        outputs[label] = self._completion(ids[r], "eos" if step_out.done[r] else "")
+                    yield Frame(_ordered(outputs, plan.labels), step)
+        finally:
+            self._active.discard(cancel)
+        stop = "cancelled" if cancel.is_set() else "length"
+        for r, label in enumerate(labels):
+            if outputs[label].stop != "eos":
+                outputs[label] = self._completion(ids[r], stop)
+        if "DEFAULT" in labels and outputs["DEFAULT"].stop != "cancelled":
+            self._remember_default(key, outputs["DEFAULT"])
+        yield Frame(_ordered(outputs, plan.labels), step, done=True)
+
+    def _completion(self, ids: list[int], stop: str) -> Completion:
+        text_ids = [i for i in ids if i not in self.stop_ids]
+        return Completion(self.tokenizer.decode(text_ids), tuple(ids), stop)
+
+    def _remember_default(self, key: tuple, completion: Completion) -> None:
+        self._defaults[key] = completion
+        self._defaults.move_to_end(key)
+        while len(self._defaults) > DEFAULT_CACHE_SIZE:
+            self._defaults.popitem(last=False)
+
+
+def _ordered(outputs: dict[str, Completion], labels: list[str]) -> dict[str, Completion]:
+    return {label: outputs[label] for label in labels}
+
+
+def _as_request(request: SteerRequest | Mapping) -> SteerRequest:
+    if isinstance(request, SteerRequest):
+        return request
+    if isinstance(request, Mapping):
+        return SteerRequest.from_dict(request.get("request", request))
+    raise RequestError("request", f"must be a SteerRequest or a record dict, got {type(request)}")
+
+
+__all__ = ["Engine", "Sampling"]

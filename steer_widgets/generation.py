@@ -1,0 +1,152 @@
+"""The decode loop: several rows of one prompt decoded together, each exactly as if alone.
+
+Three rules make a batched row bit-identical to the same row generated alone:
+1. Prefill runs one row at a time, so its shapes never depend on the batch.
+2. Decode steps run all rows together through kernels that are batch-invariant at the row
+   counts used (``linear.py``, ``invariance.py``); attention runs per row where it is not.
+3. Every row samples from its own ``torch.Generator`` seeded with the request seed, on its own
+   1-D logits, so a row's draws never depend on which other rows exist.
+
+Per-row interventions (steering) are functions applied to that row's slice only.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from .errors import RequestError
+from .llama import Llama
+
+RowOp = Callable[[Tensor, int], Tensor]  # (x [1, T, d] of one row, start position) -> new x
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """Sampling settings; defaults are the reference steering tools' web defaults."""
+
+    temperature: float = 0.5
+    freq_penalty: float = 1.0
+    seed: int = 16
+    n_completion_tokens: int = 64
+
+    def validate(self, max_new: int | None = None) -> None:
+        _finite_nonneg("temperature", self.temperature)
+        _finite_nonneg("freq_penalty", self.freq_penalty)
+        if not isinstance(self.seed, int) or isinstance(self.seed, bool):
+            raise RequestError("seed", f"must be an integer, got {self.seed!r}")
+        n = self.n_completion_tokens
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise RequestError("n_completion_tokens", f"must be a positive integer, got {n!r}")
+        if max_new is not None and n > max_new:
+            raise RequestError(
+                "n_completion_tokens", f"is {n}, but the prompt leaves room for {max_new}"
+            )
+
+
+def _finite_nonneg(name: str, value: float) -> None:
+    if not isinstance(value, (int, float)) or not value >= 0 or value == float("inf"):
+        raise RequestError(name, f"must be a finite number >= 0, got {value!r}")
+
+
+@dataclass
+class Row:
+    """One sequence to decode: its interventions, keyed by hook name."""
+
+    ops: Mapping[str, RowOp] = field(default_factory=dict)
+
+
+@dataclass
+class Step:
+    """Tokens produced by one decode step; ``None`` for rows that already finished."""
+
+    tokens: list[int | None]
+    done: list[bool]
+
+
+def decode(
+    model: Llama,
+    prompt_ids: Sequence[int],
+    rows: Sequence[Row],
+    sampling: Sampling,
+    stop_ids: frozenset[int],
+    cancel: threading.Event | None = None,
+) -> Iterator[Step]:
+    """Yield one ``Step`` per generated position until every row stops or is cancelled."""
+    n_new = sampling.n_completion_tokens
+    cache = model.new_cache(len(rows), len(prompt_ids) + n_new)
+    prompt = torch.tensor([list(prompt_ids)], device=model.device)
+    hooks = _batched_hooks(rows)
+    last = []
+    for r, row in enumerate(rows):  # rule 1: one row at a time
+        logits = model.forward(prompt, cache.view(r), hooks=_row_hooks(row), last_only=True)
+        last.append(logits[0, -1])
+    cache.length = len(prompt_ids)
+    samplers = [RowSampler(sampling, prompt_ids, model.cfg.vocab_size) for _ in rows]
+    done = [False] * len(rows)
+    logits = torch.stack(last)
+    for _ in range(n_new):
+        if cancel is not None and cancel.is_set():
+            return
+        tokens = [None if done[r] else s.next(logits[r]) for r, s in enumerate(samplers)]
+        done = [d or t in stop_ids for d, t in zip(done, tokens, strict=True)]
+        yield Step(tokens, list(done))
+        if all(done) or cache.length >= cache.capacity:
+            return
+        feed = torch.tensor([[t if t is not None else 0] for t in tokens], device=model.device)
+        logits = model.forward(feed, cache, hooks=hooks)[:, -1]
+
+
+class RowSampler:
+    """Greedy or temperature sampling for one row, with its own random stream.
+
+    ``freq_penalty`` follows TransformerLens' ``sample_logits`` (which the reference server
+    uses): logits are divided by the temperature, then ``freq_penalty`` times the count of
+    each token in the whole sequence so far (prompt included) is subtracted. Greedy decoding
+    (temperature 0) takes the argmax and ignores the penalty, as TransformerLens does.
+    """
+
+    def __init__(self, sampling: Sampling, prompt_ids: Sequence[int], vocab: int) -> None:
+        self.s = sampling
+        self.gen = torch.Generator(device="cpu").manual_seed(sampling.seed)
+        self.counts = torch.zeros(vocab, dtype=torch.float32)
+        for t in prompt_ids:
+            self.counts[t] += 1
+
+    def next(self, logits: Tensor) -> int:
+        logits = logits.float().cpu()
+        if self.s.temperature == 0:
+            token = int(logits.argmax())
+        else:
+            scaled = logits / self.s.temperature
+            if self.s.freq_penalty > 0:
+                scaled = scaled - self.s.freq_penalty * self.counts
+            probs = torch.softmax(scaled, dim=-1)
+            token = int(torch.multinomial(probs, 1, generator=self.gen))
+        self.counts[token] += 1
+        return token
+
+
+def _row_hooks(row: Row) -> dict:
+    return {name: (lambda x, start, op=op: op(x, start)) for name, op in row.ops.items()}
+
+
+def _batched_hooks(rows: Sequence[Row]) -> dict:
+    """One hook per hook name that applies each row's op to that row's slice only."""
+    names = {name for row in rows for name in row.ops}
+    hooks = {}
+    for name in names:
+        ops = [(r, row.ops[name]) for r, row in enumerate(rows) if name in row.ops]
+
+        def hook(x: Tensor, start: int, ops=ops) -> Tensor:
+            out = x.clone()
+            for r, op in ops:
+                out[r : r + 1] = op(x[r : r + 1], start)
+            return out
+
+        hooks[name] = hook
+    return hooks

@@ -1,0 +1,82 @@
+"""What a steering request returns: completions, streaming frames, reproducible records."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .steering import SteerRequest
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One completion: ``stop`` is "eos", "length" or "cancelled" (or "" while streaming)."""
+
+    text: str
+    token_ids: tuple[int, ...]
+    stop: str = ""
+
+
+@dataclass(frozen=True)
+class Frame:
+    """A streaming frame: every requested output's text and token ids so far."""
+
+    outputs: dict[str, Completion]
+    step: int
+    done: bool = False
+
+
+@dataclass
+class SteerResult:
+    request: SteerRequest
+    outputs: dict[str, Completion]
+    prompt_ids: tuple[int, ...]
+    model: str
+    stats: dict = field(default_factory=dict)
+
+    @property
+    def cancelled(self) -> bool:
+        return any(c.stop == "cancelled" for c in self.outputs.values())
+
+    def to_dict(self) -> dict:
+        """A JSON-able record of settings and outputs; ``Engine.steer(record)`` replays it."""
+        import torch
+
+        from . import __version__
+
+        return {
+            "request": self.request.to_dict(),
+            "outputs": {
+                k: {"text": c.text, "token_ids": list(c.token_ids), "stop": c.stop}
+                for k, c in self.outputs.items()
+            },
+            "prompt_ids": list(self.prompt_ids),
+            "model": self.model,
+            "versions": {"steer_widgets": __version__, "torch": torch.__version__},
+            "threads": torch.get_num_threads(),
+        }
+
+    def to_frame(self):
+        """One row per output (DEFAULT, STEERED, sweep rows) as a pandas DataFrame."""
+        import pandas as pd
+
+        rows = []
+        for label, c in self.outputs.items():
+            mult = _multiplier(label, self.request)
+            rows.append(
+                {
+                    "type": label,
+                    "strength_multiplier": mult,
+                    "text": c.text,
+                    "n_tokens": len(c.token_ids),
+                    "stop": c.stop,
+                }
+            )
+        return pd.DataFrame(rows)
+
+
+def _multiplier(label: str, request: SteerRequest) -> float | None:
+    if label == "DEFAULT":
+        return None
+    if label == "STEERED":
+        return request.strength_multiplier
+    return float(label.split("*", 1)[1])

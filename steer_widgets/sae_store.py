@@ -1,0 +1,256 @@
+"""The SAE layer store: every SAE the engine uses, loaded once, evicted by a byte budget.
+
+Why a byte budget and not a count: SAE sizes differ by 100x (a 4k-wide SAE on a 576-wide model
+is 19 MB in float32, a 131k-wide one on a 3584-wide model is 3.7 GB). Steering only needs
+decoder rows, which are read lazily and kept hot in a small side table, so moving a strength
+slider never touches the disk; only heatmaps and top-k queries need a whole SAE resident.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import warnings
+from collections import OrderedDict
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from torch import Tensor
+
+from .errors import SourceError
+from .sae import SAE, SAEConfig, check_weights_header, read_tensors
+
+DEFAULT_BUDGET = 512 * 2**20
+PACKAGED = Path(__file__).parent / "saes"
+
+
+@dataclass
+class StoreStats:
+    hits: int = 0
+    misses: int = 0
+    evictions: int = 0
+    resident_bytes: int = 0
+    peak_resident_bytes: int = 0
+    load_seconds: float = 0.0
+    row_hits: int = 0
+    row_reads: int = 0
+
+
+class SAEStore:
+    """Thread-safe LRU of loaded SAEs under ``budget_bytes``, keyed by source name.
+
+    ``hook_widths`` maps every hook name of the model to its width, so a source that does not
+    fit the model is refused when it is added, not in the middle of a request.
+    """
+
+    def __init__(self, hook_widths: Mapping[str, int], budget_bytes: int = DEFAULT_BUDGET):
+        self.hook_widths = dict(hook_widths)
+        self.budget_bytes = budget_bytes
+        self._configs: dict[str, SAEConfig] = {}
+        self._loaded: OrderedDict[str, SAE] = OrderedDict()
+        self._rows: dict[tuple[str, int], Tensor] = {}
+        self._pins: dict[str, int] = {}
+        self._lock = threading.RLock()
+        self._loading: dict[str, threading.Lock] = {}
+        self._stats = StoreStats()
+
+    # -- sources ---------------------------------------------------------------------------
+    def add(self, location: str | Path, source: str | None = None) -> str:
+        """Register an SAE folder (SAE Lens format) or an SAE Lens ``release/sae_id``.
+
+        Returns the source name users see (``{layer}-{folder name}`` unless given).
+        """
+        folder = Path(location)
+        if not folder.is_dir():
+            folder = _fetch_release(str(location), source)
+        name = source or _default_name(folder)
+        cfg = SAEConfig.read(name, folder)
+        self._check_fits(cfg)
+        check_weights_header(cfg)
+        with self._lock:
+            self._configs[name] = cfg
+        return name
+
+    def add_packaged(self, model_name: str) -> list[str]:
+        """Register the SAEs shipped inside the package for ``model_name``."""
+        import json
+
+        names = []
+        for cfg_path in sorted(PACKAGED.glob("*/cfg.json"), key=_layer_key):
+            meta = json.loads(cfg_path.read_text()).get("metadata", {})
+            if meta.get("model_name") == model_name:
+                names.append(self.add(cfg_path.parent, cfg_path.parent.name))
+        return names
+
+    def sources(self) -> list[str]:
+        with self._lock:
+            return list(self._configs)
+
+    def config(self, source: str) -> SAEConfig:
+        with self._lock:
+            cfg = self._configs.get(source)
+        if cfg is None:
+            known = ", ".join(self.sources()) or "none"
+            raise SourceError(source, f"unknown source (known: {known})")
+        return cfg
+
+    def _check_fits(self, cfg: SAEConfig) -> None:
+        width = self.hook_widths.get(cfg.hook_name)
+        if width is None:
+            raise SourceError(cfg.source, f"the model has no hook {cfg.hook_name!r}")
+        if width != cfg.d_in:
+            raise SourceError(
+                cfg.source, f"d_in is {cfg.d_in} but the model's {cfg.hook_name} is {width} wide"
+            )
+
+    # -- steering: decoder rows only -------------------------------------------------------
+    def decoder_row(self, source: str, index: int) -> Tensor:
+        """``W_dec[index]`` as float32, read lazily once and then kept hot."""
+        cfg = self.config(source)
+        if not 0 <= index < cfg.d_sae:
+            raise SourceError(source, f"feature index {index} out of range 0..{cfg.d_sae - 1}")
+        key = (source, index)
+        with self._lock:
+            row = self._rows.get(key)
+            if row is not None:
+                self._stats.row_hits += 1
+                return row
+            sae = self._loaded.get(source)
+        if sae is not None:
+            row = sae.W_dec[index].clone()
+        else:
+            row = read_tensors(cfg, ["W_dec"], rows=slice(index, index + 1))["W_dec"][0]
+        with self._lock:
+            self._rows[key] = row
+            self._stats.row_reads += 1
+        return row
+
+    # -- whole SAEs ------------------------------------------------------------------------
+    def get(self, source: str) -> SAE:
+        """The loaded SAE (loading it on a miss). Prefer ``using`` while computing with it."""
+        cfg = self.config(source)
+        with self._lock:
+            sae = self._loaded.get(source)
+            if sae is not None:
+                self._loaded.move_to_end(source)
+                self._stats.hits += 1
+                return sae
+            gate = self._loading.setdefault(source, threading.Lock())
+        with gate:  # two callers asking for the same SAE load it once
+            with self._lock:
+                sae = self._loaded.get(source)
+                if sae is not None:
+                    self._stats.hits += 1
+                    return sae
+            start = time.perf_counter()
+            sae = SAE(cfg)
+            with self._lock:
+                self._stats.misses += 1
+                self._stats.load_seconds += time.perf_counter() - start
+                self._loaded[source] = sae
+                self._evict(keep=source)
+            return sae
+
+    @contextmanager
+    def using(self, *sources: str) -> Iterator[list[SAE]]:
+        """Pin SAEs while a request computes with them, so they are not evicted meanwhile."""
+        with self._lock:
+            for s in sources:
+                self._pins[s] = self._pins.get(s, 0) + 1
+        try:
+            yield [self.get(s) for s in sources]
+        finally:
+            with self._lock:
+                for s in sources:
+                    self._pins[s] -= 1
+                self._evict()
+
+    def _evict(self, keep: str | None = None) -> None:
+        def resident() -> int:
+            return sum(s.nbytes() for s in self._loaded.values())
+
+        for name in list(self._loaded):
+            if resident() <= self.budget_bytes:
+                break
+            if name == keep or self._pins.get(name, 0) > 0:
+                continue
+            del self._loaded[name]
+            self._stats.evictions += 1
+        total = resident()
+        if total > self.budget_bytes:
+            warnings.warn(
+                f"SAE store holds {total / 2**20:.0f} MiB, over its budget of "
+                f"{self.budget_bytes / 2**20:.0f} MiB, because the SAEs in use need it",
+                stacklevel=3,
+            )
+        self._stats.resident_bytes = total
+        self._stats.peak_resident_bytes = max(self._stats.peak_resident_bytes, total)
+
+    def resident(self) -> list[str]:
+        with self._lock:
+            return list(self._loaded)
+
+    def stats(self) -> dict:
+        """Hits, misses, evictions, resident bytes, load time (for the status line too)."""
+        with self._lock:
+            out = dict(vars(self._stats))
+            out["resident"] = list(self._loaded)
+            out["budget_bytes"] = self.budget_bytes
+            return out
+
+    def clear(self) -> None:
+        with self._lock:
+            self._loaded.clear()
+            self._rows.clear()
+            self._stats.resident_bytes = 0
+
+
+def _default_name(folder: Path) -> str:
+    try:
+        import json
+
+        meta = json.loads((folder / "cfg.json").read_text()).get("metadata", {})
+        hook = meta.get("hook_name", "")
+        layer = hook.split(".")[1] if hook.startswith("blocks.") else None
+    except (OSError, ValueError, IndexError):
+        layer = None
+    return (
+        f"{layer}-{folder.name}"
+        if layer and not folder.name.startswith(f"{layer}-")
+        else folder.name
+    )
+
+
+def _layer_key(path: Path) -> tuple:
+    head = path.parent.name.split("-")[0]
+    return (int(head) if head.isdigit() else 10**9, path.parent.name)
+
+
+def _fetch_release(location: str, source: str | None) -> Path:
+    """Download an SAE Lens pretrained SAE (``release/sae_id``) into an SAE Lens folder."""
+    name = source or location
+    if "/" not in location:
+        raise SourceError(
+            name, f"{location!r} is neither a folder nor an SAE Lens 'release/sae_id'"
+        )
+    release, sae_id = location.split("/", 1)
+    try:
+        from sae_lens import SAE as LensSAE
+    except ImportError as err:  # pragma: no cover - sae-lens is a dependency
+        raise SourceError(name, "SAE Lens releases need the sae-lens package") from err
+    from .model import cache_dir
+
+    folder = cache_dir() / "saes" / release / sae_id.replace("/", "__")
+    if (folder / "cfg.json").exists():
+        return folder
+    try:
+        sae = LensSAE.from_pretrained(release, sae_id, device="cpu")
+        sae = sae[0] if isinstance(sae, tuple) else sae
+        sae.save_model(folder)
+    except Exception as err:  # network, unknown release or id
+        raise SourceError(
+            name, f"could not load SAE Lens release {release!r} id {sae_id!r}: {err}"
+        ) from err
+    return folder
