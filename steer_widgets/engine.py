@@ -14,8 +14,19 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import torch
+from torch import Tensor
 
+from .activations import (
+    FeatureActivations,
+    ResidualCache,
+    Text,
+    TopFeatures,
+    TopPerToken,
+    max_outside_special,
+    residuals,
+)
 from .errors import RequestError, SourceError
+from .feature_index import FeatureIndex, top_output_tokens
 from .generation import Row, Sampling, decode
 from .model import DEFAULT_MODEL, LoadedModel, load_model
 from .results import Completion, Frame, SteerResult
@@ -65,6 +76,9 @@ class Engine:
             for location in saes:
                 self.saes.add(location)
         self._defaults: OrderedDict[tuple, Completion] = OrderedDict()
+        self.residual_cache = ResidualCache()
+        self._indexes: dict[str, FeatureIndex] = {}
+        self._lock_index = threading.Lock()
         self._lock = threading.Lock()  # one decode at a time: the CPU is the bottleneck
         self._active: set[threading.Event] = set()
         self.stop_ids = frozenset({self.tokenizer.eos_id} - {None})
@@ -151,6 +165,126 @@ class Engine:
             plan.labels.append(label)
             plan.rows.append(Row(ops))
         return prompt, plan
+
+    # -- activations -----------------------------------------------------------------------
+    def text(self, prompt, completion: Completion | Sequence[int] | None = None) -> Text:
+        """Tokens to analyse: a prompt (str or chat), optionally followed by a completion."""
+        if isinstance(prompt, Text):
+            return prompt
+        enc = self.tokenizer.encode(prompt, self.model.runtime.cfg.max_context)
+        ids, special = list(enc.ids), list(enc.special)
+        if completion is not None:
+            extra = completion.token_ids if isinstance(completion, Completion) else completion
+            ids += list(extra)
+            special += [i in self.tokenizer.special_ids for i in extra]
+        if len(ids) > self.model.runtime.cfg.max_context:
+            raise RequestError("prompt", f"is {len(ids)} tokens; the context allows fewer")
+        tokens = self.tokenizer.token_strings(ids)
+        return Text(tuple(ids), tuple(tokens), tuple(special))
+
+    def feature_values(self, text: Text, source: str, index: int | None = None) -> Tensor:
+        """Activations [T] of one feature (or [T, d_sae] of all) over ``text``; BOS zeroed."""
+        cfg = self.saes.config(source)
+        if index is not None and not 0 <= index < cfg.d_sae:
+            raise SourceError(source, f"feature index {index} out of range 0..{cfg.d_sae - 1}")
+        also = [self.saes.config(s).hook_name for s in self.saes.sources()]
+        resid = residuals(self.model.runtime, self.residual_cache, text.ids, [cfg.hook_name], also)
+        with self.saes.using(source) as (sae,):
+            acts = sae.encode(resid[cfg.hook_name]) if index is None or cfg.k else None
+            if acts is None:  # one encoder column is enough without TopK competition
+                acts = sae.encode_one(resid[cfg.hook_name], index)
+            elif index is not None:
+                acts = acts[:, index]
+        if text.ids and text.ids[0] == self.tokenizer.bos_id:
+            acts = acts.clone()
+            acts[0] = 0
+        return acts
+
+    def activations(self, prompt, source: str, index: int, completion=None) -> FeatureActivations:
+        """One feature over a prompt (and optional completion): per-token values and max."""
+        text = self.text(prompt, completion)
+        values = self.feature_values(text, source, index)
+        top, pos = max_outside_special(values, text.special)
+        vals = tuple(float(v) for v in values)
+        return FeatureActivations(source, index, text.tokens, text.special, vals, top, pos)
+
+    def top_features_per_token(
+        self, prompt, source: str, k: int = 5, completion=None
+    ) -> TopPerToken:
+        """The ``k`` strongest features at every position."""
+        if k < 1:
+            raise RequestError("k", f"must be >= 1, got {k}")
+        text = self.text(prompt, completion)
+        acts = self.feature_values(text, source)
+        top = acts.topk(min(k, acts.shape[1]), dim=-1)
+        return TopPerToken(
+            source,
+            text.tokens,
+            text.special,
+            tuple(tuple(map(int, r)) for r in top.indices),
+            tuple(tuple(map(float, r)) for r in top.values),
+        )
+
+    def top_features(
+        self,
+        prompt,
+        source: str,
+        n: int = 10,
+        positions: Sequence[int] | None = None,
+        rank_by: str = "max",
+        completion=None,
+    ) -> TopFeatures:
+        """The ``n`` features firing most over the text (non-special tokens) or ``positions``."""
+        if rank_by not in ("max", "sum"):
+            raise RequestError("rank_by", f"must be 'max' or 'sum', got {rank_by!r}")
+        text = self.text(prompt, completion)
+        acts = self.feature_values(text, source)
+        if positions is None:
+            chosen = [i for i, s in enumerate(text.special) if not s] or list(range(len(text.ids)))
+        else:
+            bad = [p for p in positions if not -len(text.ids) <= p < len(text.ids)]
+            if bad or not positions:
+                raise RequestError("positions", f"must be non-empty and within the text: {bad}")
+            chosen = list(positions)
+        span = acts[chosen]
+        scores = span.max(0).values if rank_by == "max" else span.sum(0)
+        top = scores.topk(min(n, scores.numel()))
+        return TopFeatures(
+            source,
+            text.tokens,
+            tuple(map(int, top.indices)),
+            tuple(map(float, top.values)),
+            tuple(tuple(map(float, acts[:, i])) for i in top.indices),
+            rank_by,
+        )
+
+    def neighbours(self, source: str, index: int, n: int = 10) -> list[tuple[int, float]]:
+        """Features whose decoder rows point most nearly the same way (cosine similarity)."""
+        cfg = self.saes.config(source)
+        if not 0 <= index < cfg.d_sae:
+            raise SourceError(source, f"feature index {index} out of range 0..{cfg.d_sae - 1}")
+        with self.saes.using(source) as (sae,):
+            unit_rows = torch.nn.functional.normalize(sae.W_dec, dim=1)
+            cos = unit_rows @ unit_rows[index]
+        cos[index] = -2.0
+        top = cos.topk(min(n, cfg.d_sae - 1))
+        return [(int(i), float(c)) for i, c in zip(top.indices, top.values, strict=True)]
+
+    def feature_index(self, source: str) -> FeatureIndex:
+        """Searchable top tokens (and, for shipped SAEs, top contexts) of every feature."""
+        cfg = self.saes.config(source)
+        with self._lock_index:
+            index = self._indexes.get(source)
+            if index is None:
+
+                def tokens():
+                    with self.saes.using(source) as (sae,):
+                        unembed = self.model.runtime.unembed_weight.T
+                        return top_output_tokens(sae.W_dec, unembed, self.tokenizer.hf)
+
+                index = FeatureIndex.load(source, cfg.folder, tokens)
+                self._indexes[source] = index
+            return index
 
     # -- internals -------------------------------------------------------------------------
     def _encode(self, request: SteerRequest) -> EncodedPrompt:

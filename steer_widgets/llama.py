@@ -117,9 +117,12 @@ class Llama:
             return Linear(torch.cat([state[n] for n in names]).to(device=device, dtype=dtype))
 
         self.embed = w("model.embed_tokens.weight")
-        self.unembed = lin(
+        unembed_name = (
             "lm_head.weight" if "lm_head.weight" in state else "model.embed_tokens.weight"
         )
+        self.unembed = lin(unembed_name)
+        # [vocab, d_model], for reading features out through the unembedding
+        self.unembed_weight = self.embed if unembed_name.startswith("model.") else w(unembed_name)
         self.final_norm = w("model.norm.weight")
         self.layers = []
         for i in range(cfg.n_layers):

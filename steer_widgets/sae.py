@@ -110,6 +110,15 @@ class SAE:
             return pre.relu() * (pre > self.threshold)
         return pre.relu()
 
+    def encode_one(self, x: Tensor, index: int) -> Tensor:
+        """One feature's activations from one encoder column (not valid for TopK)."""
+        if self.cfg.apply_b_dec_to_input:
+            x = x - self.b_dec
+        pre = x @ self.W_enc[:, index] + self.b_enc[index]
+        if self.cfg.architecture == "jumprelu":
+            return pre.relu() * (pre > self.threshold[index])
+        return pre.relu()
+
     def decode(self, acts: Tensor) -> Tensor:
         return acts @ self.W_dec + self.b_dec
 

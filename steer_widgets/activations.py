@@ -1,0 +1,183 @@
+"""Where features fire: per-token values, top features per token, top features over a span.
+
+Residual activations of recent (token ids, hook) pairs are kept in a small LRU under a byte
+budget, so a second question about the same text (another feature, another k) does not run
+the model again. The forward pass stops at the deepest hook asked for, and captures every
+registered SAE hook up to there in the same pass.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from .errors import RequestError
+
+DEFAULT_CACHE_BYTES = 64 * 2**20
+
+
+@dataclass(frozen=True)
+class Text:
+    """Token ids to analyse, their strings, and which are special (BOS, chat scaffolding)."""
+
+    ids: tuple[int, ...]
+    tokens: tuple[str, ...]
+    special: tuple[bool, ...]
+
+
+@dataclass(frozen=True)
+class FeatureActivations:
+    """One feature over a text. ``max_value``/``max_position`` skip special tokens."""
+
+    source: str
+    index: int
+    tokens: tuple[str, ...]
+    special: tuple[bool, ...]
+    values: tuple[float, ...]
+    max_value: float
+    max_position: int | None
+
+    def to_frame(self):
+        import pandas as pd
+
+        return pd.DataFrame({"token": self.tokens, "special": self.special, "value": self.values})
+
+
+@dataclass(frozen=True)
+class TopFeatures:
+    """Features ranked over a text; ``values[i]`` is feature ``indices[i]`` at every token."""
+
+    source: str
+    tokens: tuple[str, ...]
+    indices: tuple[int, ...]
+    scores: tuple[float, ...]
+    values: tuple[tuple[float, ...], ...]
+    rank_by: str
+
+    def to_frame(self):
+        import pandas as pd
+
+        return pd.DataFrame(
+            {
+                "index": self.indices,
+                self.rank_by: self.scores,
+                "values": [list(v) for v in self.values],
+            }
+        )
+
+
+@dataclass(frozen=True)
+class TopPerToken:
+    """For each position, the ``k`` strongest features and their values."""
+
+    source: str
+    tokens: tuple[str, ...]
+    special: tuple[bool, ...]
+    indices: tuple[tuple[int, ...], ...]
+    values: tuple[tuple[float, ...], ...]
+
+    def to_frame(self):
+        import pandas as pd
+
+        rows = []
+        for pos, (tok, idx, val) in enumerate(
+            zip(self.tokens, self.indices, self.values, strict=True)
+        ):
+            for rank, (i, v) in enumerate(zip(idx, val, strict=True)):
+                rows.append({"position": pos, "token": tok, "rank": rank, "index": i, "value": v})
+        return pd.DataFrame(rows)
+
+
+class ResidualCache:
+    """LRU of residual activations keyed by (token ids, hook name), under a byte budget."""
+
+    def __init__(self, budget_bytes: int = DEFAULT_CACHE_BYTES) -> None:
+        self.budget_bytes = budget_bytes
+        self._items: OrderedDict[tuple, Tensor] = OrderedDict()
+        self._lock = threading.Lock()
+        self.hits = self.misses = self.forwards = 0
+
+    def get(self, ids: tuple[int, ...], hook: str) -> Tensor | None:
+        with self._lock:
+            value = self._items.get((ids, hook))
+            if value is not None:
+                self._items.move_to_end((ids, hook))
+                self.hits += 1
+            else:
+                self.misses += 1
+            return value
+
+    def put(self, ids: tuple[int, ...], hook: str, value: Tensor) -> None:
+        with self._lock:
+            self._items[(ids, hook)] = value
+            while self.nbytes() > self.budget_bytes and len(self._items) > 1:
+                self._items.popitem(last=False)
+
+    def nbytes(self) -> int:
+        return sum(v.numel() * v.element_size() for v in self._items.values())
+
+    def stats(self) -> dict:
+        with self._lock:
+            return {
+                "hits": self.hits,
+                "misses": self.misses,
+                "forwards": self.forwards,
+                "entries": len(self._items),
+                "bytes": self.nbytes(),
+            }
+
+
+def residuals(
+    model,
+    cache: ResidualCache,
+    ids: tuple[int, ...],
+    hooks: Sequence[str],
+    also: Sequence[str] = (),
+) -> dict:
+    """Residuals [T, d] at ``hooks`` for ``ids``, from the cache or one truncated forward.
+
+    Hooks in ``also`` no deeper than the deepest one needed are captured in the same pass, so
+    a later question about another SAE on the same text is a cache hit.
+    """
+    out = {h: cache.get(ids, h) for h in hooks}
+    missing = [h for h, v in out.items() if v is None]
+    if not missing:
+        return out
+    deepest = max(_layer(h) for h in missing)
+    captured: dict[str, Tensor] = {}
+
+    def grab(name: str):
+        def fn(x: Tensor, start: int) -> None:
+            captured[name] = x[0].reshape(x.shape[1], -1).clone()
+
+        return fn
+
+    names = set(missing) | {h for h in also if _layer(h) <= deepest and cache.get(ids, h) is None}
+    tokens = torch.tensor([list(ids)], device=model.device)
+    model.forward(tokens, hooks={h: grab(h) for h in names}, stop_at_layer=deepest + 1)
+    cache.forwards += 1
+    for name, value in captured.items():
+        cache.put(ids, name, value)
+    out.update({h: captured[h] for h in missing})
+    return out
+
+
+def _layer(hook: str) -> int:
+    try:
+        return int(hook.split(".")[1])
+    except (IndexError, ValueError):
+        raise RequestError("source", f"hook {hook!r} is not a blocks.L hook") from None
+
+
+def max_outside_special(values: Tensor, special: Sequence[bool]) -> tuple[float, int | None]:
+    keep = ~torch.tensor(special, dtype=torch.bool)
+    if not keep.any():
+        return 0.0, None
+    masked = values.masked_fill(~keep, float("-inf"))
+    pos = int(masked.argmax())
+    return float(values[pos]), pos
