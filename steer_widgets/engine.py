@@ -133,6 +133,11 @@ class Engine:
         request = SteerRequest(prompt=prompt, types=("DEFAULT",), **sampling)
         return self.steer(request).outputs["DEFAULT"]
 
+    def clear_caches(self) -> None:
+        """Forget cached DEFAULT completions and residuals (SAEs stay loaded)."""
+        self._defaults.clear()
+        self.residual_cache = ResidualCache(self.residual_cache.budget_bytes)
+
     def cancel_all(self) -> None:
         """Stop every running generation within one decode step."""
         for event in list(self._active):

@@ -1,0 +1,70 @@
+"""Activation heatmap: tokens colored by one feature's activation, as an anywidget.
+
+The coloring runs in the browser from plain traitlets (tokens, values, per-token top
+features), so a notebook saved with widget state shows the heatmap without a kernel.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anywidget
+import traitlets
+
+_ESM = (Path(__file__).parent / "heatmap.js").read_text()
+
+
+class Heatmap(anywidget.AnyWidget):
+    """Rows of tokens (prompt, DEFAULT, STEERED, ...) colored by one feature.
+
+    ``rows``: ``[{label, tokens, values, special, top}]`` where ``top[i]`` lists the token's
+    strongest features as ``[index, value]`` pairs. ``selected`` is ``[row, position]`` of the
+    clicked token (``[-1, -1]`` for none).
+    """
+
+    _esm = traitlets.Unicode(_ESM).tag(sync=True)
+    title = traitlets.Unicode("").tag(sync=True)
+    rows = traitlets.List([]).tag(sync=True)
+    max_value = traitlets.Float(0.0).tag(sync=True)
+    selected = traitlets.List([-1, -1]).tag(sync=True)
+
+    def show(self, title: str, rows: list[dict]) -> None:
+        """Replace the whole heatmap at once (one message to the browser)."""
+        peak = max((v for r in rows for v in r["values"]), default=0.0)
+        with self.hold_sync():
+            self.title = title
+            self.rows = rows
+            self.max_value = float(peak)
+            self.selected = [-1, -1]
+
+    def token_info(self, row: int, position: int) -> dict:
+        """What hovering/clicking a token shows: token, value and its top features."""
+        r = self.rows[row]
+        top = r.get("top") or []
+        return {
+            "label": r["label"],
+            "token": r["tokens"][position],
+            "value": r["values"][position],
+            "top": [tuple(p) for p in top[position]] if position < len(top) else [],
+        }
+
+    @property
+    def selected_info(self) -> dict | None:
+        """``token_info`` of the clicked token, or None."""
+        row, pos = self.selected
+        return None if row < 0 else self.token_info(row, pos)
+
+
+def heat_row(label: str, tokens, values, special, top=None) -> dict:
+    """A JSON-able heatmap row; values rounded to keep the saved state small."""
+    return {
+        "label": label,
+        "tokens": list(tokens),
+        "values": [round(float(v), 4) for v in values],
+        "special": [bool(s) for s in special],
+        "top": [
+            [[int(i), round(float(v), 3)] for i, v in zip(ii, vv, strict=True)] for ii, vv in top
+        ]
+        if top is not None
+        else [],
+    }

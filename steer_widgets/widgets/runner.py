@@ -1,0 +1,106 @@
+"""Debounced, cancellable background runs: the control flow behind a live widget.
+
+A burst of changes (a dragged slider) becomes one run after ``debounce_s`` of quiet. A new
+run sets the previous run's cancel Event and waits for it to drain before starting, so at
+most one generation uses the CPU (and the engine's decode lock) at a time.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+Job = Callable[[threading.Event], None]
+
+
+class Runner:
+    """Runs ``job(cancel)`` on a background thread; one at a time, newest wins."""
+
+    def __init__(self, job: Job, debounce_s: float = 0.15) -> None:
+        self.job = job
+        self.debounce_s = debounce_s
+        self._lock = threading.Lock()
+        self._start_lock = threading.Lock()
+        self._timer: threading.Timer | None = None
+        self._starting = 0
+        self._cancel: threading.Event | None = None
+        self._thread: threading.Thread | None = None
+        self.started = 0  # runs started so far
+
+    def schedule(self) -> None:
+        """Start a run after ``debounce_s`` unless another change comes first."""
+        with self._lock:
+            if self._timer is not None:
+                self._timer.cancel()
+            timer = threading.Timer(self.debounce_s, self._fire)
+            timer.args = (timer,)
+            timer.daemon = True
+            self._timer = timer
+            timer.start()
+
+    def start(self) -> None:
+        """Cancel any pending or running job and start a new one now."""
+        with self._lock:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            self._starting += 1
+        self._start()
+
+    def cancel(self) -> None:
+        """Stop the pending and the running job (within one decode step)."""
+        with self._lock:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            if self._cancel is not None:
+                self._cancel.set()
+
+    @property
+    def busy(self) -> bool:
+        with self._lock:
+            thread = self._thread
+            return (
+                self._timer is not None
+                or self._starting > 0
+                or (thread is not None and thread.is_alive())
+            )
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until nothing is pending or running; False if ``timeout`` ran out."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.busy:
+            if deadline is not None and time.monotonic() > deadline:
+                return False
+            thread = self._thread
+            if thread is not None and thread.is_alive():
+                thread.join(0.05)
+            else:
+                time.sleep(0.01)
+        return True
+
+    def _fire(self, timer: threading.Timer) -> None:
+        with self._lock:
+            if self._timer is not timer:  # superseded by a later change
+                return
+            self._timer = None
+            self._starting += 1
+        self._start()
+
+    def _start(self) -> None:
+        try:
+            with self._start_lock:
+                if self._cancel is not None:
+                    self._cancel.set()
+                if self._thread is not None:
+                    self._thread.join()  # drain: the engine runs one decode at a time
+                cancel = threading.Event()
+                thread = threading.Thread(target=self.job, args=(cancel,), daemon=True)
+                with self._lock:
+                    self._cancel, self._thread = cancel, thread
+                    self.started += 1
+                thread.start()
+        finally:
+            with self._lock:
+                self._starting -= 1
