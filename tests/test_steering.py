@@ -31,7 +31,8 @@ def cases(n: int = 15) -> list[dict]:
     out = []
     for i in range(n):
         case = {
-            k: v[(i * s + i // len(v)) % len(v)] for (k, v), s in zip(DIMENSIONS.items(), STEPS)
+            k: v[(i * s + i // len(v)) % len(v)]
+            for (k, v), s in zip(DIMENSIONS.items(), STEPS, strict=False)
         }
         if case["steer_method"] != "SIMPLE_ADDITIVE" and case["steering"] == "two_same_layer":
             case["steering"] = "three_layers"
@@ -173,9 +174,8 @@ def test_a_feature_is_added_once_at_its_own_layer(engine, sources):
     hook = engine.saes.config(sources[0]).hook_name
     clean = residual_at(engine, ids, hook)
     got = residual_at(engine, ids, hook, steered_row.ops[hook])
-    torch.testing.assert_close(
-        got - clean, (10.0 * engine.saes.decoder_row(sources[0], 4)).expand_as(clean)
-    )
+    added = (10.0 * engine.saes.decoder_row(sources[0], 4)).expand_as(clean)
+    torch.testing.assert_close(got - clean, added, atol=1e-3, rtol=0)  # residuals reach ~1e3
 
 
 def test_special_tokens_unsteered_only_in_the_prompt(engine, sources):

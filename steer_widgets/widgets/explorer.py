@@ -1,8 +1,8 @@
 """The explorer: feature picker, strength sliders, live side-by-side completions, heatmaps.
 
 Composition and control flow only; the engine does the work. Every control change schedules
-a debounced run on a background thread (``Runner``); a newer run cancels and drains the older
-one. Everything a user can do with the mouse is also a Python method, which is how the tests
+a run on a background thread (``Runner``: a lone change starts at once, a burst is debounced);
+a newer run cancels and drains the older one. Everything a user can do with the mouse is also a Python method, which is how the tests
 and benchmarks drive it::
 
     ex = sw.Explorer()                    # the offline default engine

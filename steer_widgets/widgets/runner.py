@@ -1,6 +1,7 @@
 """Debounced, cancellable background runs: the control flow behind a live widget.
 
-A burst of changes (a dragged slider) becomes one run after ``debounce_s`` of quiet. A new
+A lone change starts a run at once (leading edge); a burst of changes (a dragged slider)
+then becomes one more run after ``debounce_s`` of quiet (trailing edge). A new
 run sets the previous run's cancel Event and waits for it to drain before starting, so at
 most one generation uses the CPU (and the engine's decode lock) at a time.
 """
@@ -17,9 +18,11 @@ Job = Callable[[threading.Event], None]
 class Runner:
     """Runs ``job(cancel)`` on a background thread; one at a time, newest wins."""
 
-    def __init__(self, job: Job, debounce_s: float = 0.15) -> None:
+    def __init__(self, job: Job, debounce_s: float = 0.15, leading: bool = True) -> None:
         self.job = job
         self.debounce_s = debounce_s
+        self.leading = leading
+        self._last_change = float("-inf")
         self._lock = threading.Lock()
         self._start_lock = threading.Lock()
         self._timer: threading.Timer | None = None
@@ -29,11 +32,18 @@ class Runner:
         self.started = 0  # runs started so far
 
     def schedule(self) -> None:
-        """Start a run after ``debounce_s`` unless another change comes first."""
+        """Start a run after ``debounce_s`` unless another change comes first.
+
+        With ``leading``, a change after ``debounce_s`` of quiet starts at once instead.
+        """
         with self._lock:
+            now = time.monotonic()
+            quiet = now - self._last_change > self.debounce_s and self._timer is None
+            self._last_change = now
             if self._timer is not None:
                 self._timer.cancel()
-            timer = threading.Timer(self.debounce_s, self._fire)
+            delay = 0.0 if self.leading and quiet else self.debounce_s
+            timer = threading.Timer(delay, self._fire)
             timer.args = (timer,)
             timer.daemon = True
             self._timer = timer

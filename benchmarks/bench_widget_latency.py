@@ -1,0 +1,58 @@
+"""Explorer latency: from a strength-slider change (set from Python) to the steered pane.
+
+``first_token_ms``: slider change -> first steered token in the STEERED pane (includes the
+explorer's debounce). ``full_ms``: slider change -> all 32 tokens shown. SAE warm, DEFAULT
+already generated (so, as in real use, only the steered row decodes). Medians over a few
+changes to different strengths.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import time
+
+N_TOKENS = 32
+REPEATS = 5
+
+
+def _engine():
+    import steer_widgets as sw
+
+    engine = sw.Engine.default()
+    if not engine.saes.sources() and os.environ.get("SW_DEV_SAE"):
+        engine.saes.add(os.environ["SW_DEV_SAE"], "10-dev")
+    return engine
+
+
+def run() -> dict:
+    from steer_widgets.widgets import Explorer
+
+    engine = _engine()
+    if not engine.saes.sources():
+        return {"skipped": "the default engine has no SAEs yet"}
+    source = engine.saes.sources()[0]
+    ex = Explorer(engine, n_completion_tokens=N_TOKENS, features=[(source, 3, 40.0)])
+    assert ex.wait(300), ex.status  # warm: SAE loaded, DEFAULT cached
+    first, full, engine_first = [], [], []
+    for k in range(REPEATS):
+        t0 = time.perf_counter()
+        ex.set_strength(0, 60.0 + 20 * k)
+        assert ex.wait(300), ex.status
+        run = ex.last_run
+        assert run["default_cached"] and not ex.error, ex.status
+        first.append(1000 * (run["first_steered_at"] - t0))
+        full.append(1000 * (run["done_at"] - t0))
+        engine_first.append(1000 * (run["first_steered_at"] - run["started_at"]))
+    return {
+        "first_token_ms": round(statistics.median(first), 1),
+        "full_ms": round(statistics.median(full), 1),
+        "first_token_after_debounce_ms": round(statistics.median(engine_first), 1),
+        "debounce_ms": 1000 * ex.runner.debounce_s,
+        "n_tokens": N_TOKENS,
+        "default_generations": ex.default_generations,
+    }
+
+
+if __name__ == "__main__":
+    print(run())

@@ -1,0 +1,246 @@
+"""The explorer driven from Python, on the real default model: no browser needed.
+
+Each test moves controls the way a user would (pick a feature, move a slider) and checks
+what the panes show, what the engine was asked to do, and that errors stay in the widget.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+import steer_widgets as sw
+from steer_widgets.widgets import Explorer, Runner
+
+TOKENS = 10
+
+
+@pytest.fixture(scope="module")
+def source(engine) -> str:
+    """The engine's first SAE (``SW_DEV_SAE=folder`` registers one while SAEs are training)."""
+    if not engine.saes.sources() and os.environ.get("SW_DEV_SAE"):
+        engine.saes.add(os.environ["SW_DEV_SAE"], "10-dev")
+    if not engine.saes.sources():
+        pytest.skip("the default engine has no SAEs yet (steer_widgets/saes/ not trained)")
+    return engine.saes.sources()[0]
+
+
+def make(engine, **kw) -> Explorer:
+    kw.setdefault("n_completion_tokens", TOKENS)
+    ex = Explorer(engine, **kw)
+    assert ex.wait(120), ex.status
+    return ex
+
+
+def wait_for(predicate, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def test_pick_feature_move_slider_steered_changes_default_does_not_regenerate(engine, source):
+    ex = make(engine, prompt="My favourite food is", seed=3)
+    assert list(ex.outputs) == ["DEFAULT"]
+    assert ex.completions.pane("STEERED")["note"]  # "pick a feature to steer"
+    default = ex.outputs["DEFAULT"]
+
+    # pick through the picker: index search, then the result's "+" button
+    infos = ex.picker.search("7")
+    assert [i.index for i in infos] == [7]
+    add_button = ex.picker.results.children[0].children[0]
+    add_button.click()
+    info = engine.feature_index(source)[7]
+    assert ex.features == [sw.Feature(source, 7, float(info.max_act or 40.0))]
+    assert ex.wait(120), ex.status
+    assert set(ex.outputs) == {"DEFAULT", "STEERED"}
+
+    # strength 0 adds nothing: STEERED is the DEFAULT text, no divergence marked
+    ex.set_strength(0, 0.0)
+    assert ex.wait(120), ex.status
+    assert ex.outputs["STEERED"].token_ids == default.token_ids
+    assert ex.completions.pane("STEERED")["diverge"] == -1
+    before_generations, before_text = ex.default_generations, ex.completions.text("STEERED")
+
+    ex.set_strength(0, 250.0)
+    assert ex.wait(120), ex.status
+    steered = ex.outputs["STEERED"]
+    assert steered.token_ids != default.token_ids
+    assert ex.completions.text("STEERED") != before_text
+    assert ex.completions.text("STEERED") == "".join(
+        engine.text("My favourite food is", steered).tokens[-len(steered.token_ids) :]
+    )
+    # the default pane kept its text and was not decoded again
+    assert ex.outputs["DEFAULT"] == default
+    assert ex.default_generations == before_generations == 1
+    assert ex.last_run["default_cached"]
+    diverge = ex.completions.pane("STEERED")["diverge"]
+    assert diverge == next(
+        i
+        for i, (a, b) in enumerate(zip(steered.token_ids, default.token_ids, strict=False))
+        if a != b
+    )
+    assert ex.completions.pane("DEFAULT")["diverge"] == diverge
+    assert "done" in ex.status and not ex.error
+
+
+def test_second_change_cancels_first_and_record_replays(engine, source):
+    ex = make(engine, features=[(source, 3, 60.0)], n_completion_tokens=24, seed=5)
+    ex.set_strength(0, 120.0)
+    ex.run()  # starts now; the next change must cancel it
+    wait_for(lambda: ex.last_run.get("first_frame_at") and ex.last_run.get("request"))
+    first = ex.last_run
+    ex.set_strength(0, -120.0)
+    assert ex.wait(120), ex.status
+    assert first["cancelled"] and first["request"].features[0].strength == 120.0
+    assert first["outputs"]["STEERED"].stop == "cancelled"
+    final = ex.history[-1]
+    assert not final["cancelled"] and final["request"].features[0].strength == -120.0
+    assert len(ex.outputs["STEERED"].token_ids) == 24
+
+    record = ex.record()
+    assert record["request"]["features"][0]["strength"] == -120.0
+    replay = engine.steer(record)
+    for label, completion in ex.outputs.items():
+        assert replay.outputs[label].token_ids == completion.token_ids
+
+
+def test_debounce_collapses_a_burst_into_one_run():
+    ran = []
+    runner = Runner(lambda cancel: ran.append(time.monotonic()), debounce_s=0.1, leading=False)
+    for _ in range(5):
+        runner.schedule()
+        time.sleep(0.01)
+    last_change = time.monotonic()
+    assert runner.wait(5)
+    assert runner.started == 1 and len(ran) == 1 and ran[0] >= last_change + 0.05
+
+
+def test_leading_edge_starts_a_lone_change_at_once_and_a_burst_once_more():
+    ran = []
+    runner = Runner(lambda cancel: ran.append(time.monotonic()), debounce_s=0.2)
+    t0 = time.monotonic()
+    runner.schedule()
+    assert runner.wait(5) and ran[0] - t0 < 0.15  # no debounce wait for a lone change
+    time.sleep(0.3)
+    for _ in range(5):
+        runner.schedule()
+        time.sleep(0.01)
+    assert runner.wait(5)
+    assert 2 <= runner.started <= 3  # leading run of the burst (maybe) + one trailing run
+
+
+def test_errors_show_in_status_and_explorer_stays_usable(engine, source):
+    ex = make(engine, features=[(source, 1, 30.0)], temperature=0.0)
+    d_sae = engine.saes.config(source).d_sae
+    assert ex.add_feature(source, d_sae + 5) == -1
+    assert "out of range" in ex.status and str(d_sae + 5) in ex.status
+    assert "out of range" in ex.status_html.value
+    assert ex.add_feature("no-such-sae", 1) == -1
+    assert "no-such-sae" in ex.status
+
+    ex.set(prompt="")
+    assert ex.wait(120)
+    assert "prompt" in ex.error and "empty" in ex.error
+    assert "prompt" in ex.status_html.value
+
+    ex.set(prompt="The weather today")
+    assert ex.wait(120), ex.status
+    assert not ex.error and ex.outputs["DEFAULT"].token_ids
+    assert ex.request_done.prompt == "The weather today"
+
+
+def test_sweep_view_and_frame(engine, source):
+    ex = make(engine, features=[(source, 2, 50.0)], sweep=(-1, 2))
+    labels = ["DEFAULT", "STEERED", "STEERED*-1", "STEERED*2"]
+    assert list(ex.outputs) == labels
+    assert [p["label"] for p in ex.completions.panes] == labels
+    frame = ex.sweep_frame()
+    assert list(frame["type"]) == labels
+    assert list(frame["strength_multiplier"])[1:] == [1.0, -1.0, 2.0]
+    replay = engine.steer(ex.record())
+    assert replay.outputs["STEERED*2"].token_ids == ex.outputs["STEERED*2"].token_ids
+
+
+def test_heatmap_matches_engine_and_recolors_without_regenerating(engine, source):
+    ex = make(engine, features=[(source, 4, 40.0), (source, 5, 40.0)], chat=True)
+    req = ex.request_done
+    rows = {r["label"]: r for r in ex.heatmap.rows}
+    assert list(rows) == ["prompt", "DEFAULT", "STEERED"]
+    want = engine.activations(req.prompt, source, 4, ex.outputs["STEERED"])
+    n = len(ex.outputs["STEERED"].token_ids)
+    assert rows["STEERED"]["tokens"] == list(want.tokens[-n:])
+    assert rows["STEERED"]["values"] == pytest.approx(want.values[-n:], abs=1e-3)
+    assert rows["prompt"]["special"][0]  # chat scaffolding is marked special
+    info = ex.heatmap.token_info(2, 0)
+    assert len(info["top"]) == 5 and info["token"] == rows["STEERED"]["tokens"][0]
+
+    runs, generations = ex.runner.started, ex.default_generations
+    ex.show_activations(1)
+    assert ex.wait(60)
+    assert ex.heatmap.title.endswith(f"#{5}")
+    want5 = engine.activations(req.prompt, source, 5, ex.outputs["DEFAULT"])
+    got5 = ex.heatmap.rows[1]["values"]
+    assert got5 == pytest.approx(want5.values[-len(got5) :], abs=1e-3)
+    assert (ex.runner.started, ex.default_generations) == (runs, generations)
+
+
+# ipywidgets 7.7 (Colab) has these models; nothing ipywidgets-8-only may appear.
+IPYWIDGETS_7_MODELS = {
+    "VBoxModel",
+    "HBoxModel",
+    "BoxModel",
+    "ButtonModel",
+    "CheckboxModel",
+    "DropdownModel",
+    "FloatSliderModel",
+    "IntSliderModel",
+    "IntTextModel",
+    "HTMLModel",
+    "TextModel",
+    "TextareaModel",
+    "ToggleButtonsModel",
+    "LayoutModel",
+    "DescriptionStyleModel",
+    "ButtonStyleModel",
+    "SliderStyleModel",
+    "ToggleButtonsStyleModel",
+    "HTMLStyleModel",
+    "TextStyleModel",
+    "CheckboxStyleModel",
+    "AnyModel",
+}
+
+
+def test_static_export_has_panes_and_heatmap_state(engine, source, tmp_path):
+    from ipywidgets.embed import embed_minimal_html
+
+    ex = make(engine, features=[(source, 6, 80.0)])
+    path = tmp_path / "explorer.html"
+    embed_minimal_html(path, views=[ex.ui], drop_defaults=False, title="explorer")
+    page = path.read_text()
+    assert "export default { render }" in page  # both ES modules travel inline
+    assert page.count("sw-heatmap") >= 1 and page.count("sw-completions") >= 1
+    import json
+
+    steered_tokens = json.dumps(ex.completions.pane("STEERED")["tokens"][0])[1:-1]
+    assert steered_tokens in page
+    models = {w.get_state().get("_model_name") for w in _descendants(ex.ui)}
+    assert models <= IPYWIDGETS_7_MODELS, models - IPYWIDGETS_7_MODELS
+
+
+def _descendants(widget):
+    """Every widget reachable from ``widget`` through its traits (children, layout, style)."""
+    import ipywidgets
+
+    seen, todo = [], [widget]
+    while todo:
+        w = todo.pop()
+        seen.append(w)
+        for name in w.keys:
+            value = getattr(w, name)
+            items = value if isinstance(value, (list, tuple)) else [value]
+            todo += [v for v in items if isinstance(v, ipywidgets.Widget)]
+    return seen
