@@ -40,14 +40,14 @@ def run() -> dict:
         ex.set_strength(0, 60.0 + 20 * k)
         assert ex.wait(300), ex.status
         run = ex.last_run
-        assert run["default_cached"] and not ex.error, ex.status
+        assert run["default_cached"] and ex.default_generations == 1 and not ex.error, ex.status
         first.append(1000 * (run["first_steered_at"] - t0))
         full.append(1000 * (run["done_at"] - t0))
         engine_first.append(1000 * (run["first_steered_at"] - run["started_at"]))
     return {
         "first_token_ms": round(statistics.median(first), 1),
         "full_ms": round(statistics.median(full), 1),
-        "first_token_after_debounce_ms": round(statistics.median(engine_first), 1),
+        "first_token_from_run_start_ms": round(statistics.median(engine_first), 1),
         "debounce_ms": 1000 * ex.runner.debounce_s,
         "n_tokens": N_TOKENS,
         "default_generations": ex.default_generations,
