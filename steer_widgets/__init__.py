@@ -21,6 +21,7 @@ __all__ = [
     "Cancelled",
     "Completion",
     "Engine",
+    "Explorer",
     "Feature",
     "Frame",
     "RequestError",
@@ -33,3 +34,5 @@ __all__ = [
     "Vector",
     "load_model",
 ]
+
+from .widgets import Explorer  # noqa: E402 - the widgets build on the engine above

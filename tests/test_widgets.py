@@ -43,7 +43,7 @@ def wait_for(predicate, timeout: float = 60.0) -> None:
 
 def test_pick_feature_move_slider_steered_changes_default_does_not_regenerate(engine, source):
     ex = make(engine, prompt="My favourite food is", seed=3)
-    assert list(ex.outputs) == ["DEFAULT"]
+    assert list(ex.outputs) == ["DEFAULT"] and ex.default_generations == 1
     assert ex.completions.pane("STEERED")["note"]  # "pick a feature to steer"
     default = ex.outputs["DEFAULT"]
 
@@ -87,18 +87,19 @@ def test_pick_feature_move_slider_steered_changes_default_does_not_regenerate(en
 
 
 def test_second_change_cancels_first_and_record_replays(engine, source):
-    ex = make(engine, features=[(source, 3, 60.0)], n_completion_tokens=24, seed=5)
-    ex.set_strength(0, 120.0)
-    ex.run()  # starts now; the next change must cancel it
-    wait_for(lambda: ex.last_run.get("first_frame_at") and ex.last_run.get("request"))
+    ex = make(engine, features=[(source, 3, 60.0)], n_completion_tokens=16, seed=5)
+    runs = ex.runner.started
+    ex.set_strength(0, 120.0)  # a lone change starts at once; the next one must cancel it
+    wait_for(lambda: ex.runner.started > runs and ex.last_run.get("first_frame_at"))
     first = ex.last_run
+    assert first["request"].features[0].strength == 120.0
     ex.set_strength(0, -120.0)
     assert ex.wait(120), ex.status
     assert first["cancelled"] and first["request"].features[0].strength == 120.0
     assert first["outputs"]["STEERED"].stop == "cancelled"
     final = ex.history[-1]
     assert not final["cancelled"] and final["request"].features[0].strength == -120.0
-    assert len(ex.outputs["STEERED"].token_ids) == 24
+    assert len(ex.outputs["STEERED"].token_ids) == 16
 
     record = ex.record()
     assert record["request"]["features"][0]["strength"] == -120.0
@@ -153,7 +154,7 @@ def test_errors_show_in_status_and_explorer_stays_usable(engine, source):
 
 
 def test_sweep_view_and_frame(engine, source):
-    ex = make(engine, features=[(source, 2, 50.0)], sweep=(-1, 2))
+    ex = make(engine, features=[(source, 2, 50.0)], sweep=(-1, 2), n_completion_tokens=6)
     labels = ["DEFAULT", "STEERED", "STEERED*-1", "STEERED*2"]
     assert list(ex.outputs) == labels
     assert [p["label"] for p in ex.completions.panes] == labels

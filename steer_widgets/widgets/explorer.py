@@ -2,8 +2,8 @@
 
 Composition and control flow only; the engine does the work. Every control change schedules
 a run on a background thread (``Runner``: a lone change starts at once, a burst is debounced);
-a newer run cancels and drains the older one. Everything a user can do with the mouse is also a Python method, which is how the tests
-and benchmarks drive it::
+a newer run cancels and drains the older one. Everything a user can do with the mouse is also
+a Python method, which is how the tests and benchmarks drive it::
 
     ex = sw.Explorer()                    # the offline default engine
     ex.add_feature("10-smollm2-res-4k", 123)
@@ -105,10 +105,13 @@ class Explorer:
         if sweep:
             self.sweep_on.value = True
             self.sweep_text.value = ", ".join(f"{m:g}" for m in sweep)
-        self.live.value = live
+        self.live.value = False  # one run for the whole initial state, not one per feature
         for f in features:
             self.add_feature(*f)
+        self.live.value = live
         self._watch()
+        if not self.engine.saes.sources():
+            self._message = "no SAE sources registered: Engine(saes=[...]) adds some"
         self._refresh_status()
         if live:
             self.runner.schedule()
@@ -394,7 +397,7 @@ class Explorer:
         """Put a frame's outputs into the panes, marking where STEERED departs from DEFAULT."""
         outs = frame.outputs
         default = outs.get("DEFAULT")
-        self._learn_tokens(req.prompt, [c.token_ids for c in outs.values()])
+        self._learn_tokens(req.prompt, len(prompt_text.ids), [c.token_ids for c in outs.values()])
         panes = []
         for label, comp in outs.items():
             tokens = [self._tokens[i] for i in comp.token_ids]
@@ -438,12 +441,11 @@ class Explorer:
             "note": note,
         }
 
-    def _learn_tokens(self, prompt, id_lists) -> None:
+    def _learn_tokens(self, prompt, base: int, id_lists) -> None:
         """Token strings for new ids, one ``engine.text`` call per frame at most."""
         new = sorted({i for ids in id_lists for i in ids if i not in self._tokens})
         if not new:
             return
-        base = len(self.engine.text(prompt).ids)
         text = self.engine.text(prompt, new)
         for i, tok, special in zip(new, text.tokens[base:], text.special[base:], strict=True):
             self._tokens[i] = (tok, special)
