@@ -133,6 +133,11 @@ class Engine:
         request = SteerRequest(prompt=prompt, types=("DEFAULT",), **sampling)
         return self.steer(request).outputs["DEFAULT"]
 
+    def result(self, request: SteerRequest, outputs: Mapping[str, Completion]) -> SteerResult:
+        """Wrap outputs gathered from ``steer_stream`` as a ``SteerResult`` (for records)."""
+        prompt = self._encode(request)
+        return SteerResult(request, dict(outputs), prompt.ids, self.model.name)
+
     def clear_caches(self) -> None:
         """Forget cached DEFAULT completions and residuals (SAEs stay loaded)."""
         self._defaults.clear()

@@ -554,9 +554,7 @@ class Explorer:
         )
 
     def _result(self) -> SteerResult:
-        req = self.request_done
-        ids = self.engine.text(req.prompt).ids
-        return SteerResult(req, dict(self.outputs), tuple(ids), self.engine.model.name)
+        return self.engine.result(self.request_done, self.outputs)
 
     def _show_record(self) -> None:
         try:
