@@ -32,6 +32,7 @@ lab: install
 	$(BIN)/jupyter lab --ip=127.0.0.1 notebooks/quickstart.ipynb
 
 test: install
+	$(BIN)/ruff check . && $(BIN)/ruff format --check .
 	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q tests notebooks --nbval-lax -p no:cacheprovider
 
 lint: install
