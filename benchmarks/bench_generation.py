@@ -53,8 +53,9 @@ def _tl(model, ids):
 
 
 def run() -> dict:
-    import steer_widgets as sw
     from transformers import AutoModelForCausalLM
+
+    import steer_widgets as sw
 
     engine = sw.Engine(sw.load_model(), saes=[])
     hf = AutoModelForCausalLM.from_pretrained(engine.model.source_dir, dtype=torch.float32).eval()
