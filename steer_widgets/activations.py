@@ -153,7 +153,7 @@ def residuals(
 
     def grab(name: str):
         def fn(x: Tensor, start: int) -> None:
-            captured[name] = x[0].reshape(x.shape[1], -1).clone()
+            captured[name] = x[0].reshape(x.shape[1], -1).float().cpu().clone()  # SAEs on CPU
 
         return fn
 

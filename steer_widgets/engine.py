@@ -62,7 +62,7 @@ class Engine:
         model: LoadedModel | str = DEFAULT_MODEL,
         saes: Sequence[str | Path] | Mapping[str, str | Path] | None = None,
         sae_budget_bytes: int = DEFAULT_BUDGET,
-        device: str = "cpu",
+        device: str | Sequence[str] = "cpu",
         dtype: torch.dtype = torch.float32,
     ) -> None:
         self.model = model if isinstance(model, LoadedModel) else load_model(model, device, dtype)
@@ -325,7 +325,7 @@ class Engine:
                 raise RequestError(f"vectors[{i}].vector", "contains NaN or infinite values")
             if request.normalize_steering:
                 vec = unit(vec, f"vectors[{i}].vector")
-            out.append(Direction(v.hook, vec.to(self.model.runtime.device), float(v.strength)))
+            out.append(Direction(v.hook, vec, float(v.strength)))
         return out
 
     def _stream(self, request, prompt, plan, cancel) -> Iterator[Frame]:

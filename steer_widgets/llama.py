@@ -14,7 +14,7 @@ the sequence position of ``x[:, 0]`` (so position-dependent steering works with 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -83,68 +83,83 @@ class Layer:
 
 
 class KVCache:
-    """Preallocated keys and values for a fixed number of rows; rows never change shape."""
+    """Preallocated keys and values for a fixed number of rows, one tensor per layer on that
+    layer's device; rows never change shape."""
 
-    def __init__(self, cfg: LlamaConfig, rows: int, length: int, device, dtype) -> None:
-        shape = (cfg.n_layers, rows, cfg.n_kv_heads, length, cfg.d_head)
-        self.k = torch.zeros(shape, device=device, dtype=dtype)
-        self.v = torch.zeros(shape, device=device, dtype=dtype)
+    def __init__(self, cfg: LlamaConfig, rows: int, length: int, devices, dtype) -> None:
+        shape = (rows, cfg.n_kv_heads, length, cfg.d_head)
+        self.k = [torch.zeros(shape, device=d, dtype=dtype) for d in devices]
+        self.v = [torch.zeros(shape, device=d, dtype=dtype) for d in devices]
         self.length = 0  # positions filled, the same for every row
 
     @property
     def capacity(self) -> int:
-        return self.k.shape[3]
+        return self.k[0].shape[2]
 
     def view(self, row: int) -> KVCache:
         """The cache of one row, sharing storage: prefill writes through it."""
         part = KVCache.__new__(KVCache)
-        part.k, part.v = self.k[:, row : row + 1], self.v[:, row : row + 1]
+        part.k = [k[row : row + 1] for k in self.k]
+        part.v = [v[row : row + 1] for v in self.v]
         part.length = 0
         return part
+
+
+def place_layers(device: str | Sequence[str], n_layers: int) -> list[torch.device]:
+    """One device per layer. A list of devices splits the layers evenly across them in order
+    (a model larger than one GPU); ``"auto"`` uses every visible GPU, else the CPU."""
+    if device == "auto":
+        count = torch.cuda.device_count()
+        device = [f"cuda:{i}" for i in range(count)] if count else "cpu"
+    if isinstance(device, (str, torch.device)):
+        return [torch.device(device)] * n_layers
+    devices = [torch.device(d) for d in device]
+    return [devices[i * len(devices) // n_layers] for i in range(n_layers)]
 
 
 class Llama:
     """Llama-family decoder (Llama, SmolLM2, Mistral without sliding window)."""
 
-    def __init__(self, cfg: LlamaConfig, state: Mapping[str, Tensor], device="cpu", dtype=None):
+    def __init__(
+        self,
+        cfg: LlamaConfig,
+        state: Mapping[str, Tensor],
+        device: str | Sequence[str] = "cpu",
+        dtype: torch.dtype | None = None,
+    ) -> None:
         dtype = dtype or torch.float32
-        self.cfg, self.device, self.dtype = cfg, torch.device(device), dtype
+        self.cfg, self.dtype = cfg, dtype
+        self.layer_devices = place_layers(device, cfg.n_layers)
+        self.device, last = self.layer_devices[0], self.layer_devices[-1]
 
-        def w(name: str) -> Tensor:
-            return state[name].to(device=device, dtype=dtype).contiguous()
+        def w(name: str, dev=self.device) -> Tensor:
+            return state[name].to(device=dev, dtype=dtype).contiguous()
 
-        def lin(*names: str) -> Linear:  # fused along the output dimension
-            return Linear(torch.cat([state[n] for n in names]).to(device=device, dtype=dtype))
+        def lin(*names: str, dev=self.device) -> Linear:  # fused along the output dimension
+            return Linear(torch.cat([state[n] for n in names]).to(device=dev, dtype=dtype))
 
         self.embed = w("model.embed_tokens.weight")
         unembed_name = (
             "lm_head.weight" if "lm_head.weight" in state else "model.embed_tokens.weight"
         )
-        self.unembed = lin(unembed_name)
+        self.unembed = lin(unembed_name, dev=last)
         # [vocab, d_model], for reading features out through the unembedding
         self.unembed_weight = self.embed if unembed_name.startswith("model.") else w(unembed_name)
-        self.final_norm = w("model.norm.weight")
-        self.layers = []
-        for i in range(cfg.n_layers):
-            p = f"model.layers.{i}."
-            self.layers.append(
-                Layer(
-                    attn_norm=w(p + "input_layernorm.weight"),
-                    wqkv=lin(*(p + f"self_attn.{n}_proj.weight" for n in "qkv")),
-                    wo=lin(p + "self_attn.o_proj.weight"),
-                    mlp_norm=w(p + "post_attention_layernorm.weight"),
-                    w_gate_up=lin(p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"),
-                    w_down=lin(p + "mlp.down_proj.weight"),
-                )
-            )
-        inv_freq = 1.0 / (
-            cfg.rope_theta
-            ** (torch.arange(0, cfg.d_head, 2, dtype=torch.int64).float().to(device) / cfg.d_head)
-        )
-        freqs = torch.outer(torch.arange(cfg.max_context, device=device).float(), inv_freq)
-        emb = torch.cat((freqs, freqs), dim=-1)
-        self.cos, self.sin = emb.cos().to(dtype), emb.sin().to(dtype)
+        self.final_norm = w("model.norm.weight", dev=last)
+        self.layers = [self._layer(i, w, lin) for i in range(cfg.n_layers)]
+        self._rope = {d: _rope_tables(cfg, d, dtype) for d in set(self.layer_devices)}
         self.row_groups = self.calibrate()
+
+    def _layer(self, i: int, w, lin) -> Layer:
+        p, dev = f"model.layers.{i}.", self.layer_devices[i]
+        return Layer(
+            attn_norm=w(p + "input_layernorm.weight", dev),
+            wqkv=lin(*(p + f"self_attn.{n}_proj.weight" for n in "qkv"), dev=dev),
+            wo=lin(p + "self_attn.o_proj.weight", dev=dev),
+            mlp_norm=w(p + "post_attention_layernorm.weight", dev),
+            w_gate_up=lin(p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight", dev=dev),
+            w_down=lin(p + "mlp.down_proj.weight", dev=dev),
+        )
 
     def calibrate(self) -> dict[str, int]:
         """Measure the largest batch-invariant decode row groups (see ``invariance.py``)."""
@@ -176,16 +191,17 @@ class Llama:
         )
 
     def new_cache(self, rows: int, length: int) -> KVCache:
-        return KVCache(self.cfg, rows, length, self.device, self.dtype)
+        return KVCache(self.cfg, rows, length, self.layer_devices, self.dtype)
 
     def _norm(self, x: Tensor, weight: Tensor) -> Tensor:
         # Same order of operations as transformers' LlamaRMSNorm.
         var = x.pow(2).mean(-1, keepdim=True)
         return weight * (x * torch.rsqrt(var + self.cfg.norm_eps))
 
-    def _rope(self, x: Tensor, start: int) -> Tensor:
+    def _rotate(self, x: Tensor, start: int) -> Tensor:
         t = x.shape[2]
-        cos, sin = self.cos[start : start + t], self.sin[start : start + t]
+        cos, sin = self._rope[x.device]
+        cos, sin = cos[start : start + t], sin[start : start + t]
         half = x.shape[-1] // 2
         rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
         return x * cos + rotated * sin
@@ -209,16 +225,17 @@ class Llama:
         start = cache.length if cache is not None else 0
         if start + tokens.shape[1] > (cache.capacity if cache else cfg.max_context):
             raise ValueError("sequence longer than the cache or the model's context")
-        x = F.embedding(tokens, self.embed)
+        x = F.embedding(tokens.to(self.device), self.embed)
         n_layers = cfg.n_layers if stop_at_layer is None else stop_at_layer
         for i in range(n_layers):
-            x = self._block(i, x, start, cache, hooks)
+            x = self._block(i, x.to(self.layer_devices[i]), start, cache, hooks)
         if cache is not None:
             cache.length = start + tokens.shape[1]
         if stop_at_layer is not None:
             return x
         if last_only:
             x = x[:, -1:]
+        x = x.to(self.final_norm.device)
         return self._mm(self._norm(x, self.final_norm), self.unembed)
 
     def _mm(self, x: Tensor, w: Linear) -> Tensor:
@@ -243,13 +260,13 @@ class Llama:
         hd, nh, nkv = cfg.d_head, cfg.n_heads, cfg.n_kv_heads
         qkv = self._mm(self._norm(x, layer.attn_norm), layer.wqkv)
         q, k, v = qkv.split([nh * hd, nkv * hd, nkv * hd], dim=-1)
-        q = self._rope(q.view(b, t, nh, hd).transpose(1, 2), start)
-        k = self._rope(k.view(b, t, nkv, hd).transpose(1, 2), start)
+        q = self._rotate(q.view(b, t, nh, hd).transpose(1, 2), start)
+        k = self._rotate(k.view(b, t, nkv, hd).transpose(1, 2), start)
         v = v.view(b, t, nkv, hd).transpose(1, 2)
         if cache is not None:
-            cache.k[i, :, :, start : start + t] = k
-            cache.v[i, :, :, start : start + t] = v
-            k, v = cache.k[i, :, :, : start + t], cache.v[i, :, :, : start + t]
+            cache.k[i][:, :, start : start + t] = k
+            cache.v[i][:, :, start : start + t] = v
+            k, v = cache.k[i][:, :, : start + t], cache.v[i][:, :, : start + t]
         z = self._chunked("attention", lambda q, k, v: _attention(q, k, v, start), q, k, v)
         z = _run(hooks, p + "attn.hook_z", z.transpose(1, 2), start)  # [B, T, H, d_head]
         attn_out = _run(hooks, p + "hook_attn_out", self._mm(z.reshape(b, t, -1), layer.wo), start)
@@ -257,6 +274,14 @@ class Llama:
         gate, up = self._mm(self._norm(x, layer.mlp_norm), layer.w_gate_up).chunk(2, dim=-1)
         mlp_out = _run(hooks, p + "hook_mlp_out", self._mm(F.silu(gate) * up, layer.w_down), start)
         return _run(hooks, p + "hook_resid_post", x + mlp_out, start)
+
+
+def _rope_tables(cfg: LlamaConfig, device, dtype) -> tuple[Tensor, Tensor]:
+    exponents = torch.arange(0, cfg.d_head, 2, dtype=torch.int64).float().to(device) / cfg.d_head
+    inv_freq = 1.0 / (cfg.rope_theta**exponents)
+    freqs = torch.outer(torch.arange(cfg.max_context, device=device).float(), inv_freq)
+    emb = torch.cat((freqs, freqs), dim=-1)
+    return emb.cos().to(dtype), emb.sin().to(dtype)
 
 
 def _attention(q: Tensor, k: Tensor, v: Tensor, start: int) -> Tensor:

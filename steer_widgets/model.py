@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,9 +55,16 @@ def gguf_path() -> Path:
 
 
 def load_model(
-    name: str = DEFAULT_MODEL, device: str = "cpu", dtype: torch.dtype = torch.float32
+    name: str = DEFAULT_MODEL,
+    device: str | Sequence[str] = "cpu",
+    dtype: torch.dtype = torch.float32,
 ) -> LoadedModel:
-    """Load ``name``: the offline default, a local folder, or a hub model (network needed)."""
+    """Load ``name``: the offline default, a local folder, or a hub model (network needed).
+
+    ``device``: "cpu", "cuda", "mps", "auto" (every visible GPU), or a list of devices over
+    which the layers are split in order, for a model larger than one GPU. Compute in float32
+    on CPUs: bfloat16/float16 matmuls are many times slower there.
+    """
     if name == DEFAULT_MODEL:
         folder = default_model_dir()
     elif Path(name).is_dir():
@@ -125,11 +133,18 @@ def _load_folder(name: str, folder: Path, device: str, dtype: torch.dtype) -> Lo
     files = sorted(folder.glob("*.safetensors"))
     if not files:
         raise FileNotFoundError(f"no *.safetensors weights in {folder}")
+    from tqdm.auto import tqdm
+
     state = {}
-    for f in files:
-        state.update(load_file(f))
-    runtime = Llama(LlamaConfig.from_hf(config), state, device=device, dtype=dtype)
-    return LoadedModel(name, runtime, Tokenizer.from_folder(folder), folder)
+    with tqdm(total=len(files) + 2, desc=f"Loading {name}", leave=False) as bar:
+        for f in files:
+            state.update(load_file(f))
+            bar.update()
+        runtime = Llama(LlamaConfig.from_hf(config), state, device=device, dtype=dtype)
+        bar.update()
+        tokenizer = Tokenizer.from_folder(folder)
+        bar.update()
+    return LoadedModel(name, runtime, tokenizer, folder)
 
 
 def model_summary(model: LoadedModel) -> dict:

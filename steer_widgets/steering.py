@@ -206,6 +206,7 @@ def row_op(
 
 def _apply(method: str, x: Tensor, v: Tensor, u: Tensor | None, c: float) -> Tensor:
     flat = x.reshape(x.shape[0], x.shape[1], -1)  # attn.hook_z is [B, T, heads, d_head]
+    v, u = v.to(flat.device), None if u is None else u.to(flat.device)  # no-op on one device
     if method == "SIMPLE_ADDITIVE":
         out = flat + c * v
     else:

@@ -155,3 +155,18 @@ def test_decode_loop_direct(engine):
     ids = engine.tokenizer.encode("One, two, three,").ids
     steps = list(decode(engine.model.runtime, ids, [Row()], Sampling(0, 0, 0, 5), frozenset()))
     assert len(steps) == 5 and all(s.tokens[0] is not None for s in steps)
+
+
+def test_layers_split_over_devices_give_the_same_logits(engine):
+    """A model larger than one device is split layer-wise; here two 'devices' are the CPU."""
+    from safetensors.torch import load_file
+
+    from steer_widgets.llama import Llama, place_layers
+
+    assert place_layers(["cuda:0", "cuda:1"], 4) == [
+        torch.device(d) for d in ("cuda:0",) * 2 + ("cuda:1",) * 2
+    ]
+    state = load_file(engine.model.source_dir / "model.safetensors")
+    split = Llama(engine.model.runtime.cfg, state, device=["cpu", "cpu"])
+    ids = torch.tensor([engine.tokenizer.encode("Split me across devices").ids])
+    assert torch.equal(split.forward(ids), engine.model.runtime.forward(ids))

@@ -1,0 +1,217 @@
+"""Static HTML export: run a small explorer notebook, export it, open it offline in Chromium.
+
+The exported page must draw the explorer's completions and its heatmap from the saved widget
+state alone: no kernel, and every request that is not a file:// read is blocked.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from steer_widgets import export as sw_export
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+PROMPT = "The capital of France is"
+
+SETUP = """\
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+import steer_widgets as sw
+
+engine = sw.Engine.default()
+if not engine.saes.sources() and os.environ.get("SW_DEV_SAE"):
+    engine.saes.add(os.environ["SW_DEV_SAE"], "10-dev")
+source = engine.saes.sources()[0]
+# the feature that fires most on the prompt, so the heatmap has color to draw
+index = engine.top_features(PROMPT, source, n=1).indices[0]
+"""
+
+EXPLORER = """\
+ex = sw.Explorer(
+    engine, prompt=PROMPT, n_completion_tokens=8, temperature=0, features=[(source, index, 60.0)]
+)
+ex
+"""
+
+
+def _have_saes() -> bool:
+    return bool(os.environ.get("SW_DEV_SAE")) or any(
+        (ROOT / "steer_widgets" / "saes").glob("*/cfg.json")
+    )
+
+
+needs_saes = pytest.mark.skipif(
+    not _have_saes(), reason="no SAEs yet: steer_widgets/saes/ not trained and SW_DEV_SAE unset"
+)
+
+
+@pytest.fixture(scope="module")
+def notebook(tmp_path_factory) -> Path:
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_markdown_cell("# Explorer export"),
+        nbformat.v4.new_code_cell(f"PROMPT = {PROMPT!r}\n" + SETUP),
+        nbformat.v4.new_code_cell(EXPLORER),
+        # no ex.wait() here on purpose: the exporter must wait for the background run itself
+    ]
+    path = tmp_path_factory.mktemp("nb") / "explorer.ipynb"
+    nbformat.write(nb, str(path))
+    return path
+
+
+@pytest.fixture(scope="module")
+def exported(notebook, tmp_path_factory) -> Path:
+    """``python -m steer_widgets export`` run as a user would run it."""
+    out = tmp_path_factory.mktemp("html") / "explorer.html"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "steer_widgets", "export", str(notebook), str(out)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"wrote {out}" in proc.stdout
+    return out
+
+
+def test_inline_scripts_cannot_close_their_tag():
+    js = 'a = "</script><!-- x"; b = "</SCRIPT>"'
+    safe = sw_export._inline_script(js)
+    assert "</script" not in safe.lower() and "<!--" not in safe
+    assert safe == 'a = "<\\/script><\\!-- x"; b = "<\\/SCRIPT>"'  # same JS string values
+
+
+def test_anywidget_front_end_becomes_a_named_amd_module():
+    amd = sw_export.anywidget_amd()
+    assert 'define("anywidget", ["@jupyter-widgets/base"]' in amd
+    assert amd.count("define(") == 1
+
+
+def test_cli_reports_a_missing_notebook(tmp_path):
+    from steer_widgets.__main__ import main
+
+    assert main(["export", str(tmp_path / "nope.ipynb"), str(tmp_path / "out.html")]) == 1
+    assert not (tmp_path / "out.html").exists()
+
+
+@needs_saes
+def test_export_is_self_contained(exported):
+    page = exported.read_text(encoding="utf-8")
+    # no script or stylesheet is fetched from anywhere
+    assert not re.search(r"<script[^>]*\bsrc=", page), "external script left in the page"
+    assert not re.search(r"<link[^>]*\bhref=\"https?:", page), "external stylesheet"
+    assert "cdn.jsdelivr.net/npm/@jupyter-widgets" not in page.split("libembed-amd")[0]
+    # the renderer, require.js, anywidget and both widgets' ES modules are inline
+    assert 'define("@jupyter-widgets/html-manager/dist/libembed-amd"' in page
+    assert 'define("anywidget"' in page and "RequireJS" in page
+    assert "sw-heatmap" in page and "sw-completions" in page
+    assert "application/vnd.jupyter.widget-state+json" in page
+    assert "application/vnd.jupyter.widget-view+json" in page
+    # the exporter's own state-dump cell does not appear in the page
+    assert "dump_kernel_state" not in page
+
+
+@needs_saes
+@pytest.mark.browser
+def test_exported_explorer_renders_offline_in_chromium(exported):
+    playwright = pytest.importorskip("playwright.sync_api")
+    if not Path(CHROMIUM).exists():
+        pytest.skip("chromium is not installed")
+    blocked: list[str] = []
+    errors: list[str] = []
+
+    def only_files(route):
+        if route.request.url.startswith("file:"):
+            route.continue_()
+        else:
+            blocked.append(route.request.url)
+            route.abort()
+
+    with playwright.sync_playwright() as p, tempfile.TemporaryDirectory() as profile:
+        ctx = p.chromium.launch_persistent_context(
+            profile, executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS
+        )
+        try:
+            page = ctx.new_page()
+            page.route("**/*", only_files)
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(exported.as_uri())
+            page.wait_for_selector(".sw-heatmap .sw-tok", timeout=60_000)
+            page.wait_for_selector(".sw-completions .sw-pane", timeout=60_000)
+            drawn = page.evaluate(
+                """() => {
+                  const toks = [...document.querySelectorAll('.sw-heatmap .sw-tok')];
+                  return {
+                    rows: [...document.querySelectorAll('.sw-heatmap .sw-row')]
+                      .map(r => r.dataset.label),
+                    tokens: toks.map(t => t.textContent),
+                    colored: toks.filter(t => t.style.background.startsWith('rgba')).length,
+                    title: document.querySelector('.sw-heatmap .sw-title').textContent,
+                    panes: Object.fromEntries(
+                      [...document.querySelectorAll('.sw-completions .sw-pane')]
+                        .map(p => [p.dataset.label, p.querySelector('.sw-text').textContent])),
+                    sliders: document.querySelectorAll('.widget-slider').length,
+                  };
+                }"""
+            )
+        finally:
+            ctx.close()
+
+    assert not errors, errors
+    assert drawn["rows"] == ["prompt", "DEFAULT", "STEERED"], drawn
+    assert "France" in "".join(drawn["tokens"])  # the prompt row is there, token by token
+    assert drawn["colored"] >= 1, drawn  # the feature that fires most on the prompt is colored
+    assert drawn["title"].startswith("activation of ")
+    # the panes show exactly the completions the kernel computed (the saved widget state)
+    assert drawn["panes"] == saved_pane_texts(exported.read_text(encoding="utf-8"))
+    assert all(text.strip() for text in drawn["panes"].values()), drawn["panes"]
+    assert drawn["sliders"] >= 1  # the standard ipywidgets render too (strength slider...)
+    # nothing needed the network (a blocked request would also show up as a missing piece)
+    assert blocked == [], blocked
+
+
+def saved_pane_texts(page: str) -> dict[str, str]:
+    """Pane texts as the kernel left them, read from the page's widget-state script."""
+    found = re.search(
+        r'<script type="application/vnd.jupyter.widget-state\+json">(.*?)</script>', page, re.S
+    )
+    state = json.loads(found.group(1))["state"]
+    panes = [m["state"]["panes"] for m in state.values() if "panes" in m["state"]]
+    assert len(panes) == 1, "expected one completions widget"
+    return {p["label"]: "".join(p["tokens"]) for p in panes[0]}
+
+
+def test_export_without_running_uses_stored_state(tmp_path):
+    """``--no-execute`` renders what the notebook already holds (here: no widgets at all)."""
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("# Notes only\n\nNothing to run.")]
+    src = tmp_path / "notes.ipynb"
+    nbformat.write(nb, str(src))
+    out = sw_export.export(src, tmp_path / "notes.html", run=False)
+    page = out.read_text(encoding="utf-8")
+    assert "Notes only" in page and "RequireJS" in page
+    assert "libembed-amd" not in page  # no widget state: the renderer is not inlined
