@@ -6,7 +6,7 @@ PIP     := $(BIN)/pip install --disable-pip-version-check -c constraints.txt
 STAMP   := $(VENV)/.installed
 BROWSER := $(VENV)/.browser
 
-.PHONY: install lab test lint bench clean
+.PHONY: install lab test test-ipywidgets7 lint bench clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -31,9 +31,16 @@ install: $(STAMP) $(BROWSER)
 lab: install
 	$(BIN)/jupyter lab --ip=127.0.0.1 notebooks/quickstart.ipynb
 
+# One torch thread in tests: the browser tests run a kernel beside pytest, and two processes
+# with two threads each on a 2-core machine run many times slower than one thread each.
 test: install
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
-	HF_HUB_OFFLINE=1 $(BIN)/python -m pytest -q tests notebooks --nbval-lax -p no:cacheprovider
+	HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q tests notebooks --nbval-lax -p no:cacheprovider
+	OMP_NUM_THREADS=1 scripts/ipywidgets7.sh
+
+# The widget tests again under ipywidgets 7.7 (what Colab ships), in a venv layered on .venv.
+test-ipywidgets7: install
+	OMP_NUM_THREADS=1 scripts/ipywidgets7.sh
 
 lint: install
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run the widget tests under ipywidgets 7.7 (the version Colab ships), reusing .venv.
 #
-# .venv-ipyw7 is a second virtual environment that sees all of .venv's packages through a
+# .venv/ipywidgets7 is a second virtual environment that sees all of .venv's packages through a
 # .pth file, with ipywidgets 7.7.x, widgetsnbextension 3.6.x and jupyterlab_widgets 1.1.x
 # installed on top so they shadow .venv's ipywidgets 8. Idempotent: the second run only
 # checks a stamp and runs the tests. Usage: scripts/ipywidgets7.sh [extra pytest args]
@@ -9,9 +9,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 MAIN=.venv
-ALT=.venv-ipyw7
+ALT=.venv/ipywidgets7  # inside .venv: git-ignored, linters skip it, make clean removes it
 PINS=(ipywidgets==7.7.5 "widgetsnbextension==3.6.*" "jupyterlab_widgets==1.1.*" ipython_genutils==0.2.0)
-STAMP="$ALT/.installed-$(printf '%s ' "${PINS[@]}" | cksum | cut -d' ' -f1)"
+STAMP="$ALT/.installed-$(printf '%s ' "$PWD" "${PINS[@]}" | cksum | cut -d' ' -f1)"
 
 if [ ! -x "$MAIN/bin/python" ]; then
   echo "no $MAIN: run 'make install' first" >&2
