@@ -525,11 +525,15 @@ def export_layer(args, layer: int, final: Path, heldout: torch.Tensor) -> dict:
     var = (x - x.mean(0)).pow(2).sum()
     fve_ref = 1 - ((ref - x).pow(2).sum() / var).item()
     fve_got = 1 - ((got - x).pow(2).sum() / var).item()
-    rel = ((got - ref).norm(dim=-1) / ref.norm(dim=-1)).max().item()
+    rel_all = (got - ref).norm(dim=-1) / ref.norm(dim=-1)
+    # float16 rounding can flip a near-tie at the k-th feature of an odd token, so the max is
+    # reported but the check is on the mean and on the top-k support
+    rel, rel_mean = rel_all.max().item(), rel_all.mean().item()
     same_support = ((f_ref > 0) == (f_got > 0)).float().mean().item()
     check = {
         "trained_fve": round(fve_ref, 5),
         "shipped_fve": round(fve_got, 5),
+        "mean_rel_recon_diff": round(rel_mean, 6),
         "max_rel_recon_diff": round(rel, 5),
         "topk_support_agreement": round(same_support, 6),
         "W_dec_row_norm_range": [
@@ -541,7 +545,7 @@ def export_layer(args, layer: int, final: Path, heldout: torch.Tensor) -> dict:
         ],
     }
     log(f"L{layer} export check: {check}")
-    assert abs(fve_ref - fve_got) < 5e-3 and rel < 0.05, check
+    assert abs(fve_ref - fve_got) < 1e-3 and rel_mean < 0.01 and same_support > 0.9999, check
     return check
 
 
