@@ -420,6 +420,9 @@ def train_layer(args, layer: int, timings: Timings) -> Path:
         ck = ckpts[-1].parent
         sae.load_weights_from_checkpoint(ck)
         trainer.load_trainer_state(ck)
+        # SAETrainer checkpoints after a step's update but before counting the step, so the
+        # batches consumed are n_training_samples / batch size
+        trainer.n_training_steps = trainer.n_training_samples // args.batch_size
         provider.step = trainer.n_training_steps
         trainer.checkpoint_thresholds = [
             t for t in trainer.checkpoint_thresholds if t >= trainer.n_training_samples
@@ -882,8 +885,8 @@ its hook (every position 1..{args.seq_len - 1}, outliers included).
 {phases}
 | **total** | **{total:.0f} s ({total / 60:.1f} min)** |
 
-Phase times are wall-clock seconds on one torch thread (2-core machine shared with other work), summed
-over resumed runs; model loading is not included.
+Phase times are wall-clock seconds on one torch thread (2-core machine shared with other
+work), summed over resumed runs; model loading is not included.
 
 Each `feature_index.json.gz` scans the held-out sequences plus the first
 {args.index_train_seqs} training sequences ({n_scanned:,} tokens; see `scanned_from` inside). Its
