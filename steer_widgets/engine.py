@@ -7,6 +7,7 @@ bad request raises a ``RequestError``/``SourceError`` and leaves the engine as i
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections import OrderedDict
@@ -44,6 +45,7 @@ from .steering import (
 from .tokens import EncodedPrompt
 
 DEFAULT_CACHE_SIZE = 32
+TEXT_CACHE_SIZE = 64
 _default_engine: Engine | None = None
 _default_lock = threading.Lock()
 
@@ -78,6 +80,7 @@ class Engine:
         self._defaults: OrderedDict[tuple, Completion] = OrderedDict()
         self.residual_cache = ResidualCache()
         self._indexes: dict[str, FeatureIndex] = {}
+        self._texts: OrderedDict[tuple, Text] = OrderedDict()
         self._lock_index = threading.Lock()
         self._lock = threading.Lock()  # one decode at a time: the CPU is the bottleneck
         self._active: set[threading.Event] = set()
@@ -141,6 +144,7 @@ class Engine:
     def clear_caches(self) -> None:
         """Forget cached DEFAULT completions and residuals (SAEs stay loaded)."""
         self._defaults.clear()
+        self._texts.clear()
         self.residual_cache = ResidualCache(self.residual_cache.budget_bytes)
 
     def cancel_all(self) -> None:
@@ -181,16 +185,24 @@ class Engine:
         """Tokens to analyse: a prompt (str or chat), optionally followed by a completion."""
         if isinstance(prompt, Text):
             return prompt
+        extra = completion.token_ids if isinstance(completion, Completion) else completion
+        key = (json.dumps(prompt, sort_keys=True), tuple(extra or ()))
+        cached = self._texts.get(key)
+        if cached is not None:
+            return cached
         enc = self.tokenizer.encode(prompt, self.model.runtime.cfg.max_context)
         ids, special = list(enc.ids), list(enc.special)
-        if completion is not None:
-            extra = completion.token_ids if isinstance(completion, Completion) else completion
+        if extra:
             ids += list(extra)
             special += [i in self.tokenizer.special_ids for i in extra]
         if len(ids) > self.model.runtime.cfg.max_context:
             raise RequestError("prompt", f"is {len(ids)} tokens; the context allows fewer")
         tokens = self.tokenizer.token_strings(ids)
-        return Text(tuple(ids), tuple(tokens), tuple(special))
+        text = Text(tuple(ids), tuple(tokens), tuple(special))
+        self._texts[key] = text
+        while len(self._texts) > TEXT_CACHE_SIZE:
+            self._texts.popitem(last=False)
+        return text
 
     def feature_values(self, text: Text, source: str, index: int | None = None) -> Tensor:
         """Activations [T] of one feature (or [T, d_sae] of all) over ``text``; BOS zeroed."""
@@ -199,12 +211,16 @@ class Engine:
             raise SourceError(source, f"feature index {index} out of range 0..{cfg.d_sae - 1}")
         also = [self.saes.config(s).hook_name for s in self.saes.sources()]
         resid = residuals(self.model.runtime, self.residual_cache, text.ids, [cfg.hook_name], also)
-        with self.saes.using(source) as (sae,):
-            acts = sae.encode(resid[cfg.hook_name]) if index is None or cfg.k else None
-            if acts is None:  # one encoder column is enough without TopK competition
+        if index is not None and not cfg.k:  # one encoder column is enough without TopK
+            with self.saes.using(source) as (sae,):
                 acts = sae.encode_one(resid[cfg.hook_name], index)
-            elif index is not None:
-                acts = acts[:, index]
+        else:  # all features, kept beside the residuals: another feature is a lookup
+            acts = self.residual_cache.get(text.ids, f"{source}:acts")
+            if acts is None:
+                with self.saes.using(source) as (sae,):
+                    acts = sae.encode(resid[cfg.hook_name])
+                self.residual_cache.put(text.ids, f"{source}:acts", acts)
+            acts = acts if index is None else acts[:, index]
         if text.ids and text.ids[0] == self.tokenizer.bos_id:
             acts = acts.clone()
             acts[0] = 0

@@ -50,7 +50,7 @@ class Tokenizer:
 
     def token_strings(self, ids: Sequence[int]) -> list[str]:
         """Each token as the text it contributes (for heatmaps)."""
-        return [self.hf.decode([i]) for i in ids]
+        return self.hf.batch_decode([[i] for i in ids])
 
     def encode(self, prompt: Prompt, max_len: int | None = None) -> EncodedPrompt:
         """Encode a completion prompt (str) or chat messages; validate before any work."""
