@@ -28,8 +28,10 @@ $(BROWSER): $(STAMP)
 
 install: $(STAMP) $(BROWSER)
 
+ROOT_OK := $(if $(filter 0,$(shell id -u)),--allow-root,)
+
 lab: install
-	$(BIN)/jupyter lab --ip=127.0.0.1 notebooks/quickstart.ipynb
+	$(BIN)/jupyter lab --ip=127.0.0.1 $(ROOT_OK) notebooks/quickstart.ipynb
 
 # One torch thread in tests: the browser tests run a kernel beside pytest, and two processes
 # with two threads each on a 2-core machine run many times slower than one thread each.
