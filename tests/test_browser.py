@@ -19,18 +19,9 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from chromium import CHROMIUM, FLAGS
 
-CHROMIUM = Path("/usr/bin/chromium")
 REPO = Path(__file__).resolve().parents[1]
-FLAGS = [  # playwright adds --headless itself (headless=True)
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 STEERED = '.sw-pane[data-label="STEERED"]'
 
 pytestmark = [

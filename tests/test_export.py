@@ -16,21 +16,11 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from chromium import CHROMIUM, FLAGS
 
 from steer_widgets import export as sw_export
 
 ROOT = Path(__file__).resolve().parents[1]
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 PROMPT = "The capital of France is"
 
 SETUP = """\
@@ -153,7 +143,7 @@ def test_exported_explorer_renders_offline_in_chromium(exported):
 
     with playwright.sync_playwright() as p, tempfile.TemporaryDirectory() as profile:
         ctx = p.chromium.launch_persistent_context(
-            profile, executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS
+            profile, executable_path=str(CHROMIUM), headless=True, args=FLAGS
         )
         try:
             page = ctx.new_page()
