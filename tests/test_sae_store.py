@@ -148,3 +148,14 @@ def test_packaged_saes_match_sae_lens(engine, sources):
         assert ours.W_dec.dtype == torch.float32
         norms = ours.W_dec.norm(dim=1)
         torch.testing.assert_close(norms, torch.ones_like(norms), atol=1e-2, rtol=0)
+
+
+def test_sae_lens_release_offline_fails_with_a_clear_error(store, monkeypatch, tmp_path):
+    """``release/sae_id`` goes through SAE Lens; offline it must say what it could not load."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("STEER_WIDGETS_CACHE", str(tmp_path))
+    with pytest.raises(sw.SourceError, match="gpt2-small-res-jb.*blocks.8.hook_resid_pre"):
+        store.add("gpt2-small-res-jb/blocks.8.hook_resid_pre")
+    with pytest.raises(sw.SourceError, match="neither a folder nor"):
+        store.add("no-slash-and-no-folder")
+    assert store.get(store.sources()[0]).W_dec.shape[1] == 576
