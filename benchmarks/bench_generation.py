@@ -8,6 +8,8 @@ from __future__ import annotations
 import torch
 from common import CHAT, best_of, read_bandwidth
 
+from steer_widgets.tl_runtime import hooked_llama
+
 N_NEW = 64
 
 
@@ -23,25 +25,6 @@ def _hf(hf, ids):
         torch.tensor([ids]), max_new_tokens=N_NEW, min_new_tokens=N_NEW, do_sample=False
     )
     return out[0, len(ids) :].tolist()
-
-
-def _hooked_transformer(hf, engine):
-    """TransformerLens 3.9 does not know SmolLM2 by name: fill its config by hand."""
-    from transformer_lens import HookedTransformer, HookedTransformerConfig
-    from transformer_lens.pretrained.weight_conversions import convert_llama_weights
-
-    c = engine.model.runtime.cfg
-    cfg = HookedTransformerConfig(
-        d_model=c.d_model, d_head=c.d_head, n_heads=c.n_heads, n_key_value_heads=c.n_kv_heads,
-        d_mlp=c.d_mlp, n_layers=c.n_layers, n_ctx=2048, d_vocab=c.vocab_size, act_fn="silu",
-        normalization_type="RMS", positional_embedding_type="rotary", rotary_base=c.rope_theta,
-        rotary_dim=c.d_head, gated_mlp=True, final_rms=True, eps=c.norm_eps,
-        original_architecture="LlamaForCausalLM", default_prepend_bos=False,
-        tokenizer_prepends_bos=False, dtype=torch.float32,
-    )  # fmt: skip
-    model = HookedTransformer(cfg)
-    model.load_state_dict(convert_llama_weights(hf, cfg), strict=False)
-    return model.eval()
 
 
 def _tl(model, ids):
@@ -67,7 +50,7 @@ def run() -> dict:
     ours_1t_s = best_of(lambda: _ours(engine, ids))
     torch.set_num_threads(threads)
     hf_s = best_of(lambda: _hf(hf, ids))
-    tl = _hooked_transformer(hf, engine)
+    tl = hooked_llama(engine.model.source_dir)
     tl_ids = _tl(tl, ids)
     tl_s = best_of(lambda: _tl(tl, ids), repeats=1)
     bandwidth = read_bandwidth()

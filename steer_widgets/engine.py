@@ -66,8 +66,11 @@ class Engine:
         sae_budget_bytes: int = DEFAULT_BUDGET,
         device: str | Sequence[str] = "cpu",
         dtype: torch.dtype = torch.float32,
+        backend: str = "auto",
     ) -> None:
-        self.model = model if isinstance(model, LoadedModel) else load_model(model, device, dtype)
+        self.model = (
+            model if isinstance(model, LoadedModel) else load_model(model, device, dtype, backend)
+        )
         self.saes = SAEStore(self.model.runtime.hook_widths(), sae_budget_bytes)
         if saes is None:
             self.saes.add_packaged(self.model.name)

@@ -58,20 +58,70 @@ def load_model(
     name: str = DEFAULT_MODEL,
     device: str | Sequence[str] = "cpu",
     dtype: torch.dtype = torch.float32,
+    backend: str = "auto",
 ) -> LoadedModel:
     """Load ``name``: the offline default, a local folder, or a hub model (network needed).
 
     ``device``: "cpu", "cuda", "mps", "auto" (every visible GPU), or a list of devices over
     which the layers are split in order, for a model larger than one GPU. Compute in float32
     on CPUs: bfloat16/float16 matmuls are many times slower there.
+    ``backend``: "auto" runs Llama-family models on our fast runtime and every other model
+    TransformerLens knows (``gpt2-small``, ``gemma-2-2b``, ...) through TransformerLens;
+    "transformer_lens" forces TransformerLens.
     """
+    if backend not in ("auto", "fast", "transformer_lens"):
+        raise ValueError(f"backend must be 'auto', 'fast' or 'transformer_lens', got {backend!r}")
     if name == DEFAULT_MODEL:
         folder = default_model_dir()
     elif Path(name).is_dir():
         folder = Path(name)
+    elif backend == "transformer_lens" or not _is_llama_on_hub(name):
+        return _load_transformer_lens(name, device, dtype)
     else:
         folder = _download(name)
+    if backend == "transformer_lens":
+        from .tl_runtime import TransformerLensRuntime, hooked_llama
+
+        runtime = TransformerLensRuntime(hooked_llama(folder, _one_device(device), dtype))
+        return LoadedModel(name, runtime, Tokenizer.from_folder(folder), folder)
     return _load_folder(name, folder, device, dtype)
+
+
+def _one_device(device: str | Sequence[str]) -> str:
+    if isinstance(device, str):
+        return (
+            "cuda"
+            if device == "auto" and torch.cuda.is_available()
+            else device.replace("auto", "cpu")
+        )
+    return str(device[0])
+
+
+def _is_llama_on_hub(name: str) -> bool:
+    from transformers import AutoConfig
+
+    try:
+        arch = (AutoConfig.from_pretrained(name).architectures or ["?"])[0]
+    except Exception:  # offline or unknown: let TransformerLens say what it knows
+        return False
+    return arch in LLAMA_ARCHITECTURES
+
+
+def _load_transformer_lens(name: str, device, dtype: torch.dtype) -> LoadedModel:
+    from .tl_runtime import TransformerLensRuntime
+
+    try:
+        from transformer_lens import HookedTransformer
+
+        model = HookedTransformer.from_pretrained(name, device=_one_device(device), dtype=dtype)
+    except Exception as err:  # offline, unknown name, gated model
+        raise OSError(
+            f"model {name!r} is neither the offline default ({DEFAULT_MODEL}) nor a local "
+            f"folder, and TransformerLens could not load it ({type(err).__name__}: {err}). "
+            "Connect to the network, or pass a Llama-family folder with config.json and "
+            "*.safetensors."
+        ) from err
+    return LoadedModel(name, TransformerLensRuntime(model), Tokenizer(model.tokenizer), None)
 
 
 def default_model_dir() -> Path:
@@ -128,7 +178,9 @@ def _load_folder(name: str, folder: Path, device: str, dtype: torch.dtype) -> Lo
     arch = (config.architectures or ["?"])[0]
     if arch not in LLAMA_ARCHITECTURES:
         raise NotImplementedError(
-            f"model {name!r} is a {arch}; the fast runtime supports {sorted(LLAMA_ARCHITECTURES)}"
+            f"model folder {name!r} is a {arch}; local folders run on the fast runtime, which "
+            f"supports {sorted(LLAMA_ARCHITECTURES)}. Load other models by their TransformerLens "
+            "name (network needed)."
         )
     files = sorted(folder.glob("*.safetensors"))
     if not files:

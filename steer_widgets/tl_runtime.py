@@ -1,0 +1,169 @@
+"""Any TransformerLens ``HookedTransformer`` behind the same interface as ``llama.Llama``.
+
+The fast Llama runtime covers Llama-family models; this one runs everything else
+TransformerLens supports (GPT-2, Gemma, Pythia, ...), at TransformerLens' speed. We cannot
+choose its kernels, so batched rows are made exact the other way: every decode step runs at
+one fixed batch size (``DECODE_ROWS``, unused rows are padding), so a row's arithmetic never
+depends on how many real rows there are; prefill runs one row at a time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+DECODE_ROWS = 8
+HOOK_KINDS = (
+    "hook_resid_pre",
+    "attn.hook_z",
+    "hook_attn_out",
+    "hook_resid_mid",
+    "hook_mlp_out",
+    "hook_resid_post",
+)
+
+
+@dataclass(frozen=True)
+class RuntimeConfig:
+    n_layers: int
+    d_model: int
+    vocab_size: int
+    max_context: int
+
+
+class RowCaches:
+    """Per-row TransformerLens caches for prefill, merged into one padded batch to decode."""
+
+    def __init__(self, model, rows: int, length: int) -> None:
+        from transformer_lens import TransformerLensKeyValueCache
+
+        if rows > DECODE_ROWS:
+            raise ValueError(f"the TransformerLens runtime decodes at most {DECODE_ROWS} rows")
+        self.model, self.rows, self.capacity = model, rows, length
+        make = TransformerLensKeyValueCache.init_cache
+        self.per_row = [make(model.cfg, model.cfg.device, 1) for _ in range(rows)]
+        self.batched = None
+        self.length = 0
+
+    def view(self, row: int) -> _RowView:
+        return _RowView(self, row)
+
+    def merged(self):
+        """One cache of ``DECODE_ROWS`` rows: the real rows, then copies of row 0 as padding."""
+        if self.batched is None:
+            from transformer_lens import TransformerLensKeyValueCache
+
+            rows = self.per_row + [self.per_row[0]] * (DECODE_ROWS - self.rows)
+            batched = TransformerLensKeyValueCache.init_cache(
+                self.model.cfg, self.model.cfg.device, DECODE_ROWS
+            )
+            for i, entry in enumerate(batched.entries):
+                entry.past_keys = torch.cat([r.entries[i].past_keys for r in rows])
+                entry.past_values = torch.cat([r.entries[i].past_values for r in rows])
+            batched.previous_attention_mask = torch.cat([r.previous_attention_mask for r in rows])
+            self.batched = batched
+        return self.batched
+
+
+@dataclass
+class _RowView:
+    caches: RowCaches
+    row: int
+    length: int = 0
+
+    @property
+    def capacity(self) -> int:
+        return self.caches.capacity
+
+
+class TransformerLensRuntime:
+    """Wraps a ``HookedTransformer`` (loaded by ``HookedTransformer.from_pretrained``)."""
+
+    def __init__(self, model) -> None:
+        self.tl = model.eval()
+        cfg = model.cfg
+        self.cfg = RuntimeConfig(cfg.n_layers, cfg.d_model, cfg.d_vocab, cfg.n_ctx)
+        self.device = torch.device(cfg.device or "cpu")
+        self.layer_devices = [self.device] * cfg.n_layers
+        self.row_groups = {"decode_rows": DECODE_ROWS}
+        self.unembed_weight = model.W_U.T  # [vocab, d_model]
+        self._z_width = cfg.n_heads * cfg.d_head
+
+    @property
+    def hook_names(self) -> list[str]:
+        names = [f"blocks.{i}.{k}" for i in range(self.cfg.n_layers) for k in HOOK_KINDS]
+        return [n for n in names if n in self.tl.hook_dict]
+
+    def hook_widths(self) -> dict[str, int]:
+        return {
+            n: self._z_width if n.endswith("hook_z") else self.cfg.d_model for n in self.hook_names
+        }
+
+    def weight_bytes(self) -> int:
+        return sum(p.numel() * p.element_size() for p in self.tl.parameters())
+
+    def new_cache(self, rows: int, length: int) -> RowCaches:
+        return RowCaches(self.tl, rows, length)
+
+    @torch.inference_mode()
+    def forward(
+        self,
+        tokens: Tensor,
+        cache: RowCaches | _RowView | None = None,
+        hooks: Mapping | None = None,
+        stop_at_layer: int | None = None,
+        last_only: bool = False,
+    ) -> Tensor:
+        """Same contract as ``Llama.forward``; a decode step on ``RowCaches`` is padded to
+        ``DECODE_ROWS`` rows and the padding is dropped from the logits."""
+        start = cache.length if cache is not None else 0
+        fwd_hooks = [(n, _adapt(fn, start)) for n, fn in (hooks or {}).items()]
+        kwargs = {"stop_at_layer": stop_at_layer} if stop_at_layer is not None else {}
+        rows = tokens.shape[0]
+        if isinstance(cache, _RowView):
+            kwargs["past_kv_cache"] = cache.caches.per_row[cache.row]
+        elif isinstance(cache, RowCaches):
+            kwargs["past_kv_cache"] = cache.merged()
+            pad = tokens[:1].expand(DECODE_ROWS - rows, -1)
+            tokens = torch.cat([tokens, pad])
+        out = self.tl.run_with_hooks(tokens.to(self.device), fwd_hooks=fwd_hooks, **kwargs)
+        if cache is not None:
+            cache.length = start + tokens.shape[1]
+        out = out[:rows]
+        return out[:, -1:] if last_only and stop_at_layer is None else out
+
+
+def _adapt(fn, start: int):
+    def hook(activation: Tensor, hook) -> Tensor:
+        out = fn(activation, start)
+        return activation if out is None else out
+
+    return hook
+
+
+def hooked_llama(folder, device: str = "cpu", dtype: torch.dtype = torch.float32):
+    """A ``HookedTransformer`` for a Llama-family folder TransformerLens does not know by name
+    (SmolLM2 among them): its config filled by hand, weights converted by TransformerLens."""
+    from transformer_lens import HookedTransformer, HookedTransformerConfig
+    from transformer_lens.pretrained.weight_conversions import convert_llama_weights
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    hf = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype)
+    c = hf.config
+    head = c.hidden_size // c.num_attention_heads
+    cfg = HookedTransformerConfig(
+        d_model=c.hidden_size, d_head=head, n_heads=c.num_attention_heads,
+        n_key_value_heads=c.num_key_value_heads, d_mlp=c.intermediate_size,
+        n_layers=c.num_hidden_layers, n_ctx=min(c.max_position_embeddings, 8192),
+        d_vocab=c.vocab_size, act_fn="silu", normalization_type="RMS",
+        positional_embedding_type="rotary", rotary_dim=head, gated_mlp=True, final_rms=True,
+        rotary_base=float(getattr(c, "rope_theta", None) or c.rope_parameters["rope_theta"]),
+        eps=c.rms_norm_eps, original_architecture="LlamaForCausalLM",
+        default_prepend_bos=False, tokenizer_prepends_bos=False, dtype=dtype, device=device,
+    )  # fmt: skip
+    model = HookedTransformer(cfg, tokenizer=AutoTokenizer.from_pretrained(folder))
+    model.load_state_dict(convert_llama_weights(hf, cfg), strict=False)
+    return model.to(device).eval()

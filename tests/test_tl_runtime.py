@@ -1,0 +1,58 @@
+"""The TransformerLens runtime: the same engine on a HookedTransformer, rows still exact.
+
+TransformerLens models other than Llama need the network here, so the test runs SmolLM2
+itself through TransformerLens (``hooked_llama``) and compares with the fast runtime.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import steer_widgets as sw
+from steer_widgets.model import LoadedModel
+from steer_widgets.tl_runtime import TransformerLensRuntime, hooked_llama
+
+
+@pytest.fixture(scope="module")
+def tl_engine(engine, sources):
+    runtime = TransformerLensRuntime(hooked_llama(engine.model.source_dir))
+    model = LoadedModel("smollm2-via-transformer-lens", runtime, engine.tokenizer)
+    return sw.Engine(model, saes={s: engine.saes.config(s).folder for s in sources})
+
+
+def test_hook_points_are_transformer_lens_names(tl_engine, engine):
+    names = set(tl_engine.hook_names)
+    assert {"blocks.10.hook_resid_post", "blocks.3.attn.hook_z", "blocks.0.hook_mlp_out"} <= names
+    assert names == set(engine.hook_names)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_rows_equal_solo_and_text_matches_fast_runtime(tl_engine, engine, sources, temperature):
+    request = sw.SteerRequest(
+        "I think that", features=[sw.Feature(sources[1], 11, 80.0)], sweep=(2.0,),
+        n_completion_tokens=5, temperature=temperature, seed=4,
+    )  # fmt: skip
+    together = tl_engine.steer(request)
+    for label, completion in together.outputs.items():
+        tl_engine.clear_caches()
+        if label == "DEFAULT":
+            alone = request.with_(types=("DEFAULT",), sweep=())
+        else:
+            mult = 2.0 if label == "STEERED*2" else 1.0
+            alone = request.with_(types=("STEERED",), sweep=(), strength_multiplier=mult)
+        solo = tl_engine.steer(alone).outputs["DEFAULT" if label == "DEFAULT" else "STEERED"]
+        assert solo.token_ids == completion.token_ids, label
+    assert together.outputs["STEERED"].token_ids != together.outputs["DEFAULT"].token_ids
+    fast = engine.steer(request)  # the same model on our runtime: the same text here
+    assert {k: c.text for k, c in fast.outputs.items()} == {
+        k: c.text for k, c in together.outputs.items()
+    }
+
+
+def test_activations_agree_with_fast_runtime(tl_engine, engine, sources):
+    text = "The Eiffel Tower in Paris"
+    top = engine.top_features(text, sources[1], n=1)
+    ours = engine.activations(text, sources[1], top.indices[0])
+    theirs = tl_engine.activations(text, sources[1], top.indices[0])
+    assert max(abs(a - b) for a, b in zip(ours.values, theirs.values, strict=True)) < 1e-2
+    assert ours.max_position == theirs.max_position
