@@ -5,7 +5,7 @@ nothing of widgets; ``Explorer`` is the widget front end that calls it.
 """
 
 from .engine import Engine
-from .errors import Cancelled, RequestError, SourceError, SteerWidgetsError
+from .errors import RequestError, SourceError, SteerWidgetsError
 from .generation import Sampling
 from .model import DEFAULT_MODEL, load_model
 from .results import Completion, Frame, SteerResult
@@ -18,7 +18,6 @@ __all__ = [
     "DEFAULT_MODEL",
     "METHODS",
     "TYPES",
-    "Cancelled",
     "Completion",
     "Engine",
     "Explorer",

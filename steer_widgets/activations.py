@@ -112,6 +112,10 @@ class ResidualCache:
                 self.misses += 1
             return value
 
+    def __contains__(self, key: tuple) -> bool:
+        with self._lock:
+            return key in self._items
+
     def put(self, ids: tuple[int, ...], hook: str, value: Tensor) -> None:
         with self._lock:
             self._items[(ids, hook)] = value
@@ -157,7 +161,7 @@ def residuals(
 
         return fn
 
-    names = set(missing) | {h for h in also if _layer(h) <= deepest and cache.get(ids, h) is None}
+    names = set(missing) | {h for h in also if _layer(h) <= deepest and (ids, h) not in cache}
     tokens = torch.tensor([list(ids)], device=model.device)
     model.forward(tokens, hooks={h: grab(h) for h in names}, stop_at_layer=deepest + 1)
     cache.forwards += 1

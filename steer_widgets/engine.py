@@ -113,11 +113,11 @@ class Engine:
         """Run a request (or replay a record from ``SteerResult.to_dict()``) to the end."""
         request = _as_request(request)
         started = time.perf_counter()
+        prompt, plan = self.plan(request)  # raises before any work
         frame = None
-        for frame in self.steer_stream(request, cancel):  # noqa: B007 - keep the last one
+        for frame in self._stream(request, prompt, plan, cancel or threading.Event()):  # noqa: B007
             pass
         elapsed = time.perf_counter() - started
-        prompt = self._encode(request)
         stats = {"seconds": elapsed, "steps": frame.step if frame else 0}
         return SteerResult(request, dict(frame.outputs), prompt.ids, self.model.name, stats)
 
@@ -174,10 +174,10 @@ class Engine:
         if "STEERED" in request.types:
             multipliers.append(("STEERED", request.strength_multiplier))
         multipliers += [(sweep_label(m), m) for m in request.sweep]
+        by_hook: dict[str, list[Direction]] = {}
+        for d in directions:
+            by_hook.setdefault(d.hook, []).append(d)
         for label, mult in multipliers:
-            by_hook: dict[str, list[Direction]] = {}
-            for d in directions:
-                by_hook.setdefault(d.hook, []).append(d)
             ops = {h: row_op(request.steer_method, ds, mult, mask) for h, ds in by_hook.items()}
             plan.labels.append(label)
             plan.rows.append(Row(ops))

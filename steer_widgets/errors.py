@@ -21,7 +21,3 @@ class SourceError(SteerWidgetsError, ValueError):
     def __init__(self, source: str, problem: str) -> None:
         self.source, self.problem = source, problem
         super().__init__(f"SAE source {source!r}: {problem}")
-
-
-class Cancelled(SteerWidgetsError):
-    """A generation was cancelled from another thread."""

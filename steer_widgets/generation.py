@@ -83,7 +83,7 @@ def decode(
     hooks = _batched_hooks(rows)
     last = []
     for r, row in enumerate(rows):  # rule 1: one row at a time
-        logits = model.forward(prompt, cache.view(r), hooks=_row_hooks(row), last_only=True)
+        logits = model.forward(prompt, cache.view(r), hooks=row.ops, last_only=True)
         last.append(logits[0, -1])
     cache.length = len(prompt_ids)
     samplers = [RowSampler(sampling, prompt_ids, model.cfg.vocab_size) for _ in rows]
@@ -113,9 +113,8 @@ class RowSampler:
     def __init__(self, sampling: Sampling, prompt_ids: Sequence[int], vocab: int) -> None:
         self.s = sampling
         self.gen = torch.Generator(device="cpu").manual_seed(sampling.seed)
-        self.counts = torch.zeros(vocab, dtype=torch.float32)
-        for t in prompt_ids:
-            self.counts[t] += 1
+        ids = torch.tensor(list(prompt_ids), dtype=torch.long)
+        self.counts = torch.bincount(ids, minlength=vocab).float()
 
     def next(self, logits: Tensor) -> int:
         logits = logits.float().cpu()
@@ -129,10 +128,6 @@ class RowSampler:
             token = int(torch.multinomial(probs, 1, generator=self.gen))
         self.counts[token] += 1
         return token
-
-
-def _row_hooks(row: Row) -> dict:
-    return {name: (lambda x, start, op=op: op(x, start)) for name, op in row.ops.items()}
 
 
 def _batched_hooks(rows: Sequence[Row]) -> dict:

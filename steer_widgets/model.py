@@ -197,9 +197,3 @@ def _load_folder(name: str, folder: Path, device: str, dtype: torch.dtype) -> Lo
         tokenizer = Tokenizer.from_folder(folder)
         bar.update()
     return LoadedModel(name, runtime, tokenizer, folder)
-
-
-def model_summary(model: LoadedModel) -> dict:
-    """Small JSON-able description used in reproducibility records."""
-    cfg = model.runtime.cfg
-    return {"model": model.name, "n_layers": cfg.n_layers, "d_model": cfg.d_model}

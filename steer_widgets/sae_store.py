@@ -8,6 +8,7 @@ slider never touches the disk; only heatmaps and top-k queries need a whole SAE 
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import warnings
@@ -75,8 +76,6 @@ class SAEStore:
 
     def add_packaged(self, model_name: str) -> list[str]:
         """Register the SAEs shipped inside the package for ``model_name``."""
-        import json
-
         names = []
         for cfg_path in sorted(PACKAGED.glob("*/cfg.json"), key=_layer_key):
             meta = json.loads(cfg_path.read_text()).get("metadata", {})
@@ -209,8 +208,6 @@ class SAEStore:
 
 def _default_name(folder: Path) -> str:
     try:
-        import json
-
         meta = json.loads((folder / "cfg.json").read_text()).get("metadata", {})
         hook = meta.get("hook_name", "")
         layer = hook.split(".")[1] if hook.startswith("blocks.") else None

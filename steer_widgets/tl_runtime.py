@@ -15,15 +15,9 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from .llama import HOOK_KINDS
+
 DECODE_ROWS = 8
-HOOK_KINDS = (
-    "hook_resid_pre",
-    "attn.hook_z",
-    "hook_attn_out",
-    "hook_resid_mid",
-    "hook_mlp_out",
-    "hook_resid_post",
-)
 
 
 @dataclass(frozen=True)

@@ -40,8 +40,7 @@ class Runner:
             now = time.monotonic()
             quiet = now - self._last_change > self.debounce_s and self._timer is None
             self._last_change = now
-            if self._timer is not None:
-                self._timer.cancel()
+            self._drop_timer()
             delay = 0.0 if self.leading and quiet else self.debounce_s
             timer = threading.Timer(delay, self._fire)
             timer.args = (timer,)
@@ -52,20 +51,22 @@ class Runner:
     def start(self) -> None:
         """Cancel any pending or running job and start a new one now."""
         with self._lock:
-            if self._timer is not None:
-                self._timer.cancel()
-                self._timer = None
+            self._drop_timer()
             self._starting += 1
         self._start()
 
     def cancel(self) -> None:
         """Stop the pending and the running job (within one decode step)."""
         with self._lock:
-            if self._timer is not None:
-                self._timer.cancel()
-                self._timer = None
+            self._drop_timer()
             if self._cancel is not None:
                 self._cancel.set()
+
+    def _drop_timer(self) -> None:
+        """Cancel the pending debounce timer, if any (caller holds the lock)."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
     @property
     def busy(self) -> bool:
