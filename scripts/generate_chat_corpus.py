@@ -5,8 +5,9 @@ model talks about when steered; training on its own answers puts the chat templa
 assistant voice and everyday topics in distribution. Each prompt is one topic from
 ``scripts/chat_topics.txt`` in one of a few question templates; answers are sampled
 (temperature 0.8, seeded per batch) in left-padded batches with transformers' ``generate``
-on the offline default model, and appended to ``chat_corpus.jsonl`` in a fixed shuffled order (resumable: finished prompts are skipped on
-a re-run; a run stopped early still covers the whole topic list)::
+on the offline default model, and appended to ``chat_corpus.jsonl`` in a fixed shuffled
+order (resumable: finished prompts are skipped on a re-run; a run stopped early still covers
+the whole topic list)::
 
     HF_HUB_OFFLINE=1 .venv/bin/python scripts/generate_chat_corpus.py --work-dir /tmp/sae_cache
 """
@@ -76,16 +77,21 @@ def main(argv=None) -> None:
     for i in range(0, len(todo), args.batch):
         batch = todo[i : i + args.batch]
         chats = [
-            tok.apply_chat_template([{"role": "user", "content": q}], tokenize=False,
-                                    add_generation_prompt=True)
+            tok.apply_chat_template(
+                [{"role": "user", "content": q}], tokenize=False, add_generation_prompt=True
+            )
             for q in batch
         ]
         enc = tok(chats, return_tensors="pt", padding=True, add_special_tokens=False)
         torch.manual_seed(i)
         with torch.no_grad():
             gen = model.generate(
-                **enc, max_new_tokens=args.max_new, do_sample=True, temperature=0.8,
-                top_p=0.95, pad_token_id=tok.pad_token_id or tok.eos_token_id,
+                **enc,
+                max_new_tokens=args.max_new,
+                do_sample=True,
+                temperature=0.8,
+                top_p=0.95,
+                pad_token_id=tok.pad_token_id or tok.eos_token_id,
             )
         with out.open("a") as f:
             for q, row, mask in zip(batch, gen, enc["attention_mask"], strict=True):
@@ -94,11 +100,15 @@ def main(argv=None) -> None:
                 if tok.eos_token_id in new:
                     new = new[: new.index(tok.eos_token_id) + 1]
                 n_tok += len(new)
-                f.write(json.dumps({"prompt": q, "ids": prompt_ids + new,
-                                    "n_prompt": len(prompt_ids)}) + "\n")
+                f.write(
+                    json.dumps({"prompt": q, "ids": prompt_ids + new, "n_prompt": len(prompt_ids)})
+                    + "\n"
+                )
         el = time.time() - t0
-        print(f"{i + len(batch)}/{len(todo)} prompts, {n_tok} new tokens, "
-              f"{n_tok / el:.0f} tok/s", flush=True)
+        print(
+            f"{i + len(batch)}/{len(todo)} prompts, {n_tok} new tokens, {n_tok / el:.0f} tok/s",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":
