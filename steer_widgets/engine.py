@@ -7,7 +7,6 @@ bad request raises a ``RequestError``/``SourceError`` and leaves the engine as i
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections import OrderedDict
@@ -17,17 +16,10 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from .activations import (
-    FeatureActivations,
-    ResidualCache,
-    Text,
-    TopFeatures,
-    TopPerToken,
-    max_outside_special,
-    residuals,
-)
+from .activations import FeatureActivations, ResidualCache, Text, TopFeatures, TopPerToken
+from .analysis import Analysis
 from .errors import RequestError, SourceError
-from .feature_index import FeatureIndex, top_output_tokens
+from .feature_index import FeatureIndex
 from .generation import Row, Sampling, decode
 from .model import DEFAULT_MODEL, LoadedModel, load_model
 from .results import Completion, Frame, SteerResult
@@ -45,7 +37,6 @@ from .steering import (
 from .tokens import EncodedPrompt
 
 DEFAULT_CACHE_SIZE = 32
-TEXT_CACHE_SIZE = 64
 _default_engine: Engine | None = None
 _default_lock = threading.Lock()
 
@@ -81,10 +72,7 @@ class Engine:
             for location in saes:
                 self.saes.add(location)
         self._defaults: OrderedDict[tuple, Completion] = OrderedDict()
-        self.residual_cache = ResidualCache()
-        self._indexes: dict[str, FeatureIndex] = {}
-        self._texts: OrderedDict[tuple, Text] = OrderedDict()
-        self._lock_index = threading.Lock()
+        self._analysis = Analysis(self.model, self.saes)
         self._lock = threading.Lock()  # one decode at a time: the CPU is the bottleneck
         self._active: set[threading.Event] = set()
         self.stop_ids = frozenset({self.tokenizer.eos_id} - {None})
@@ -147,8 +135,7 @@ class Engine:
     def clear_caches(self) -> None:
         """Forget cached DEFAULT completions and residuals (SAEs stay loaded)."""
         self._defaults.clear()
-        self._texts.clear()
-        self.residual_cache = ResidualCache(self.residual_cache.budget_bytes)
+        self._analysis.clear()
 
     def cancel_all(self) -> None:
         """Stop every running generation within one decode step."""
@@ -183,76 +170,29 @@ class Engine:
             plan.rows.append(Row(ops))
         return prompt, plan
 
-    # -- activations -----------------------------------------------------------------------
+    # -- activations (see analysis.py) ----------------------------------------------------
+    @property
+    def residual_cache(self) -> ResidualCache:
+        """Residuals and SAE activations of recent texts (``.stats()``)."""
+        return self._analysis.residual_cache
+
     def text(self, prompt, completion: Completion | Sequence[int] | None = None) -> Text:
         """Tokens to analyse: a prompt (str or chat), optionally followed by a completion."""
-        if isinstance(prompt, Text):
-            return prompt
-        extra = completion.token_ids if isinstance(completion, Completion) else completion
-        key = (json.dumps(prompt, sort_keys=True), tuple(extra or ()))
-        cached = self._texts.get(key)
-        if cached is not None:
-            return cached
-        enc = self.tokenizer.encode(prompt, self.model.runtime.cfg.max_context)
-        ids, special = list(enc.ids), list(enc.special)
-        if extra:
-            ids += list(extra)
-            special += [i in self.tokenizer.special_ids for i in extra]
-        if len(ids) > self.model.runtime.cfg.max_context:
-            raise RequestError("prompt", f"is {len(ids)} tokens; the context allows fewer")
-        tokens = self.tokenizer.token_strings(ids)
-        text = Text(tuple(ids), tuple(tokens), tuple(special))
-        self._texts[key] = text
-        while len(self._texts) > TEXT_CACHE_SIZE:
-            self._texts.popitem(last=False)
-        return text
+        return self._analysis.text(prompt, completion)
 
     def feature_values(self, text: Text, source: str, index: int | None = None) -> Tensor:
         """Activations [T] of one feature (or [T, d_sae] of all) over ``text``; BOS zeroed."""
-        cfg = self.saes.config(source)
-        if index is not None and not 0 <= index < cfg.d_sae:
-            raise SourceError(source, f"feature index {index} out of range 0..{cfg.d_sae - 1}")
-        also = [self.saes.config(s).hook_name for s in self.saes.sources()]
-        resid = residuals(self.model.runtime, self.residual_cache, text.ids, [cfg.hook_name], also)
-        if index is not None and not cfg.k:  # one encoder column is enough without TopK
-            with self.saes.using(source) as (sae,):
-                acts = sae.encode_one(resid[cfg.hook_name], index)
-        else:  # all features, kept beside the residuals: another feature is a lookup
-            acts = self.residual_cache.get(text.ids, f"{source}:acts")
-            if acts is None:
-                with self.saes.using(source) as (sae,):
-                    acts = sae.encode(resid[cfg.hook_name])
-                self.residual_cache.put(text.ids, f"{source}:acts", acts)
-            acts = acts if index is None else acts[:, index]
-        if text.ids and text.ids[0] == self.tokenizer.bos_id:
-            acts = acts.clone()
-            acts[0] = 0
-        return acts
+        return self._analysis.feature_values(text, source, index)
 
     def activations(self, prompt, source: str, index: int, completion=None) -> FeatureActivations:
         """One feature over a prompt (and optional completion): per-token values and max."""
-        text = self.text(prompt, completion)
-        values = self.feature_values(text, source, index)
-        top, pos = max_outside_special(values, text.special)
-        vals = tuple(float(v) for v in values)
-        return FeatureActivations(source, index, text.tokens, text.special, vals, top, pos)
+        return self._analysis.activations(prompt, source, index, completion)
 
     def top_features_per_token(
         self, prompt, source: str, k: int = 5, completion=None
     ) -> TopPerToken:
         """The ``k`` strongest features at every position."""
-        if k < 1:
-            raise RequestError("k", f"must be >= 1, got {k}")
-        text = self.text(prompt, completion)
-        acts = self.feature_values(text, source)
-        top = acts.topk(min(k, acts.shape[1]), dim=-1)
-        return TopPerToken(
-            source,
-            text.tokens,
-            text.special,
-            tuple(tuple(map(int, r)) for r in top.indices),
-            tuple(tuple(map(float, r)) for r in top.values),
-        )
+        return self._analysis.top_features_per_token(prompt, source, k, completion)
 
     def top_features(
         self,
@@ -264,56 +204,15 @@ class Engine:
         completion=None,
     ) -> TopFeatures:
         """The ``n`` features firing most over the text (non-special tokens) or ``positions``."""
-        if rank_by not in ("max", "sum"):
-            raise RequestError("rank_by", f"must be 'max' or 'sum', got {rank_by!r}")
-        text = self.text(prompt, completion)
-        acts = self.feature_values(text, source)
-        if positions is None:
-            chosen = [i for i, s in enumerate(text.special) if not s] or list(range(len(text.ids)))
-        else:
-            bad = [p for p in positions if not -len(text.ids) <= p < len(text.ids)]
-            if bad or not positions:
-                raise RequestError("positions", f"must be non-empty and within the text: {bad}")
-            chosen = list(positions)
-        span = acts[chosen]
-        scores = span.max(0).values if rank_by == "max" else span.sum(0)
-        top = scores.topk(min(n, scores.numel()))
-        return TopFeatures(
-            source,
-            text.tokens,
-            tuple(map(int, top.indices)),
-            tuple(map(float, top.values)),
-            tuple(tuple(map(float, acts[:, i])) for i in top.indices),
-            rank_by,
-        )
+        return self._analysis.top_features(prompt, source, n, positions, rank_by, completion)
 
     def neighbours(self, source: str, index: int, n: int = 10) -> list[tuple[int, float]]:
         """Features whose decoder rows point most nearly the same way (cosine similarity)."""
-        cfg = self.saes.config(source)
-        if not 0 <= index < cfg.d_sae:
-            raise SourceError(source, f"feature index {index} out of range 0..{cfg.d_sae - 1}")
-        with self.saes.using(source) as (sae,):
-            unit_rows = torch.nn.functional.normalize(sae.W_dec, dim=1)
-            cos = unit_rows @ unit_rows[index]
-        cos[index] = -2.0
-        top = cos.topk(min(n, cfg.d_sae - 1))
-        return [(int(i), float(c)) for i, c in zip(top.indices, top.values, strict=True)]
+        return self._analysis.neighbours(source, index, n)
 
     def feature_index(self, source: str) -> FeatureIndex:
         """Searchable top tokens (and, for shipped SAEs, top contexts) of every feature."""
-        cfg = self.saes.config(source)
-        with self._lock_index:
-            index = self._indexes.get(source)
-            if index is None:
-
-                def tokens():
-                    with self.saes.using(source) as (sae,):
-                        unembed = self.model.runtime.unembed_weight.T
-                        return top_output_tokens(sae.W_dec, unembed, self.tokenizer.hf)
-
-                index = FeatureIndex.load(source, cfg.folder, tokens)
-                self._indexes[source] = index
-            return index
+        return self._analysis.feature_index(source)
 
     # -- internals -------------------------------------------------------------------------
     def _encode(self, request: SteerRequest) -> EncodedPrompt:
