@@ -18,22 +18,13 @@ from torch import Tensor
 
 from .activations import FeatureActivations, ResidualCache, Text, TopFeatures, TopPerToken
 from .analysis import Analysis
-from .errors import RequestError, SourceError
+from .errors import RequestError
 from .feature_index import FeatureIndex
-from .generation import Row, Sampling, decode
+from .generation import Sampling, decode
 from .model import DEFAULT_MODEL, LoadedModel, load_model
 from .results import Completion, Frame, SteerResult
 from .sae_store import DEFAULT_BUDGET, SAEStore
-from .steering import (
-    Direction,
-    Plan,
-    SteerRequest,
-    check_combinable,
-    row_op,
-    sweep_label,
-    unit,
-    validate_shape,
-)
+from .steering import Plan, SteerRequest, build_plan, resolve_directions, validate_shape
 from .tokens import EncodedPrompt
 
 DEFAULT_CACHE_SIZE = 32
@@ -75,6 +66,7 @@ class Engine:
         self._analysis = Analysis(self.model, self.saes)
         self._lock = threading.Lock()  # one decode at a time: the CPU is the bottleneck
         self._active: set[threading.Event] = set()
+        self._lock_state = threading.Lock()  # guards _defaults and _active across threads
         self.stop_ids = frozenset({self.tokenizer.eos_id} - {None})
 
     @classmethod
@@ -124,6 +116,9 @@ class Engine:
 
     def generate(self, prompt, **sampling) -> Completion:
         """The model's own completion (no steering), e.g. ``engine.generate("Hi", seed=1)``."""
+        unknown = sorted(set(sampling) - set(Sampling.__dataclass_fields__))
+        if unknown:
+            raise RequestError(unknown[0], "is not a sampling setting")
         request = SteerRequest(prompt=prompt, types=("DEFAULT",), **sampling)
         return self.steer(request).outputs["DEFAULT"]
 
@@ -134,41 +129,25 @@ class Engine:
 
     def clear_caches(self) -> None:
         """Forget cached DEFAULT completions and residuals (SAEs stay loaded)."""
-        self._defaults.clear()
+        with self._lock_state:
+            self._defaults.clear()
         self._analysis.clear()
 
     def cancel_all(self) -> None:
         """Stop every running generation within one decode step."""
-        for event in list(self._active):
+        with self._lock_state:
+            active = list(self._active)
+        for event in active:
             event.set()
 
     def plan(self, request: SteerRequest) -> tuple[EncodedPrompt, Plan]:
         """Validate ``request`` against the model and SAEs and build its rows."""
-        validate_shape(request)
+        runtime = self.model.runtime
+        validate_shape(request, getattr(runtime, "max_rows", None))
         prompt = self._encode(request)
-        sampling = request.sampling
-        sampling.validate(self.model.runtime.cfg.max_context - len(prompt.ids))
-        directions = self._directions(request)
-        check_combinable(request.steer_method, directions)
-        mask = None
-        if not request.steer_special_tokens:
-            mask = torch.tensor(prompt.special, dtype=torch.bool)
-        plan = Plan()
-        if "DEFAULT" in request.types:
-            plan.labels.append("DEFAULT")
-            plan.rows.append(Row())
-        multipliers = []
-        if "STEERED" in request.types:
-            multipliers.append(("STEERED", request.strength_multiplier))
-        multipliers += [(sweep_label(m), m) for m in request.sweep]
-        by_hook: dict[str, list[Direction]] = {}
-        for d in directions:
-            by_hook.setdefault(d.hook, []).append(d)
-        for label, mult in multipliers:
-            ops = {h: row_op(request.steer_method, ds, mult, mask) for h, ds in by_hook.items()}
-            plan.labels.append(label)
-            plan.rows.append(Row(ops))
-        return prompt, plan
+        request.sampling.validate(runtime.cfg.max_context - len(prompt.ids))
+        directions = resolve_directions(request, self.saes, runtime.hook_widths())
+        return prompt, build_plan(request, directions, prompt.special)
 
     # -- activations (see analysis.py) ----------------------------------------------------
     @property
@@ -218,38 +197,11 @@ class Engine:
     def _encode(self, request: SteerRequest) -> EncodedPrompt:
         return self.tokenizer.encode(request.prompt, self.model.runtime.cfg.max_context - 1)
 
-    def _directions(self, request: SteerRequest) -> list[Direction]:
-        out = []
-        for i, f in enumerate(request.features):
-            try:
-                cfg = self.saes.config(f.source)
-                vec = self.saes.decoder_row(f.source, f.index)
-            except SourceError as err:
-                raise RequestError(f"features[{i}]", str(err)) from err
-            if request.normalize_steering:
-                vec = unit(vec, f"features[{i}]")
-            out.append(Direction(cfg.hook_name, vec, float(f.strength)))
-        widths = self.model.runtime.hook_widths()
-        for i, v in enumerate(request.vectors):
-            if v.hook not in widths:
-                raise RequestError(f"vectors[{i}].hook", f"the model has no hook {v.hook!r}")
-            vec = torch.as_tensor(v.vector, dtype=torch.float32).flatten()
-            if vec.numel() != widths[v.hook]:
-                raise RequestError(
-                    f"vectors[{i}].vector",
-                    f"has width {vec.numel()}, but {v.hook} is {widths[v.hook]} wide",
-                )
-            if not torch.isfinite(vec).all():
-                raise RequestError(f"vectors[{i}].vector", "contains NaN or infinite values")
-            if request.normalize_steering:
-                vec = unit(vec, f"vectors[{i}].vector")
-            out.append(Direction(v.hook, vec, float(v.strength)))
-        return out
-
     def _stream(self, request, prompt, plan, cancel) -> Iterator[Frame]:
         key = (prompt.ids, request.sampling)
         outputs: dict[str, Completion] = {}
-        cached = self._defaults.get(key) if "DEFAULT" in plan.labels else None
+        with self._lock_state:
+            cached = self._defaults.get(key) if "DEFAULT" in plan.labels else None
         labels, rows = plan.labels, plan.rows
         if cached is not None:
             outputs["DEFAULT"] = cached
@@ -260,7 +212,8 @@ class Engine:
             yield Frame(_ordered(outputs, plan.labels), 0, done=True)
             return
         ids: list[list[int]] = [[] for _ in rows]
-        self._active.add(cancel)
+        with self._lock_state:
+            self._active.add(cancel)
         step = 0
         try:
             with self._lock:
@@ -275,7 +228,8 @@ class Engine:
                         outputs[label] = self._completion(ids[r], "eos" if step_out.done[r] else "")
                     yield Frame(_ordered(outputs, plan.labels), step)
         finally:
-            self._active.discard(cancel)
+            with self._lock_state:
+                self._active.discard(cancel)
         stop = "cancelled" if cancel.is_set() else "length"
         for r, label in enumerate(labels):
             if outputs[label].stop != "eos":
@@ -289,10 +243,11 @@ class Engine:
         return Completion(self.tokenizer.decode(text_ids), tuple(ids), stop)
 
     def _remember_default(self, key: tuple, completion: Completion) -> None:
-        self._defaults[key] = completion
-        self._defaults.move_to_end(key)
-        while len(self._defaults) > DEFAULT_CACHE_SIZE:
-            self._defaults.popitem(last=False)
+        with self._lock_state:
+            self._defaults[key] = completion
+            self._defaults.move_to_end(key)
+            while len(self._defaults) > DEFAULT_CACHE_SIZE:
+                self._defaults.popitem(last=False)
 
 
 def _ordered(outputs: dict[str, Completion], labels: list[str]) -> dict[str, Completion]:
