@@ -29,6 +29,7 @@ def main(argv=None) -> None:
     import bench_steer_efficacy as bench
 
     import steer_widgets as sw
+    from steer_widgets.concepts import neutral_examples
 
     p = argparse.ArgumentParser()
     p.add_argument("--out", type=Path, required=True)
@@ -44,6 +45,10 @@ def main(argv=None) -> None:
         if name in done:
             continue
         forms = data["concepts"][name]
+        hooks = [f"blocks.{x}.hook_resid_post" for x in LAYERS]
+        hooks += [engine.saes.config(s).hook_name for s in sources]
+        engine.concepts.means(engine.concepts.examples(name), hooks)  # one pass for all hooks
+        engine.concepts.means(neutral_examples(), hooks)
         reqs = {}
         for layer in LAYERS:
             hook = f"blocks.{layer}.hook_resid_post"
