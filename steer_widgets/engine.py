@@ -29,6 +29,7 @@ from .activations import (
 from .errors import RequestError, SourceError
 from .feature_index import FeatureIndex, top_output_tokens
 from .generation import Row, Sampling, decode
+from .hook_view import centres_writes
 from .model import DEFAULT_MODEL, LoadedModel, load_model
 from .results import Completion, Frame, SteerResult
 from .sae_store import DEFAULT_BUDGET, SAEStore
@@ -71,7 +72,8 @@ class Engine:
         self.model = (
             model if isinstance(model, LoadedModel) else load_model(model, device, dtype, backend)
         )
-        self.saes = SAEStore(self.model.runtime.hook_widths(), sae_budget_bytes)
+        runtime = self.model.runtime
+        self.saes = SAEStore(runtime.hook_widths(), sae_budget_bytes, centres_writes(runtime))
         if saes is None:
             self.saes.add_packaged(self.model.name)
         elif isinstance(saes, Mapping):
@@ -209,9 +211,7 @@ class Engine:
 
     def feature_values(self, text: Text, source: str, index: int | None = None) -> Tensor:
         """Activations [T] of one feature (or [T, d_sae] of all) over ``text``; BOS zeroed."""
-        cfg = self.saes.config(source)
-        if index is not None and not 0 <= index < cfg.d_sae:
-            raise SourceError(source, f"feature index {index} out of range 0..{cfg.d_sae - 1}")
+        cfg = self.saes.config(source) if index is None else self.saes.check_index(source, index)
         also = [self.saes.config(s).hook_name for s in self.saes.sources()]
         resid = residuals(self.model.runtime, self.residual_cache, text.ids, [cfg.hook_name], also)
         if index is not None and not cfg.k:  # one encoder column is enough without TopK
@@ -289,9 +289,7 @@ class Engine:
 
     def neighbours(self, source: str, index: int, n: int = 10) -> list[tuple[int, float]]:
         """Features whose decoder rows point most nearly the same way (cosine similarity)."""
-        cfg = self.saes.config(source)
-        if not 0 <= index < cfg.d_sae:
-            raise SourceError(source, f"feature index {index} out of range 0..{cfg.d_sae - 1}")
+        cfg = self.saes.check_index(source, index)
         with self.saes.using(source) as (sae,):
             unit_rows = torch.nn.functional.normalize(sae.W_dec, dim=1)
             cos = unit_rows @ unit_rows[index]
@@ -324,7 +322,7 @@ class Engine:
         for i, f in enumerate(request.features):
             try:
                 cfg = self.saes.config(f.source)
-                vec = self.saes.decoder_row(f.source, f.index)
+                vec = self.saes.direction(f.source, f.index)
             except SourceError as err:
                 raise RequestError(f"features[{i}]", str(err)) from err
             if request.normalize_steering:
