@@ -119,7 +119,8 @@ def _load_transformer_lens(name: str, device, dtype: torch.dtype) -> LoadedModel
             "Connect to the network, or pass a Llama-family folder with config.json and "
             "*.safetensors."
         ) from err
-    return LoadedModel(name, TransformerLensRuntime(model), Tokenizer(model.tokenizer), None)
+    tokenizer = Tokenizer(model.tokenizer, prepend_bos=bool(model.cfg.default_prepend_bos))
+    return LoadedModel(name, TransformerLensRuntime(model), tokenizer, None)
 
 
 def default_model_dir() -> Path:
