@@ -327,7 +327,7 @@ class Engine:
                 raise RequestError(f"features[{i}]", str(err)) from err
             if request.normalize_steering:
                 vec = unit(vec, f"features[{i}]")
-            out.append(Direction(cfg.hook_name, vec, float(f.strength)))
+            out.append(Direction(cfg.hook_name, vec, float(f.strength), cfg.view.centre))
         widths = self.model.runtime.hook_widths()
         for i, v in enumerate(request.vectors):
             if v.hook not in widths:

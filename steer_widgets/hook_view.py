@@ -17,7 +17,9 @@ change the values at a hook, and the one the flagship releases use (``gpt2-small
 
 Steering adds a decoder row to the raw value at the hook. For a centred SAE this moves the
 model exactly as adding it to TransformerLens' centred stream does (the row's mean component
-is removed by every LayerNorm that reads the stream).
+is removed by every LayerNorm that reads the stream), and ``ORTHOGONAL_DECOMP`` and
+``PROJECTION_CAP`` take the component along the row of the centred value
+(``steering.Direction.centred``), so they too act as on TransformerLens' stream.
 """
 
 from __future__ import annotations

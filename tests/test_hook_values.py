@@ -21,6 +21,7 @@ import steer_widgets as sw
 from steer_widgets.activations import ResidualCache, residuals
 from steer_widgets.hook_view import centres_writes
 from steer_widgets.sae_store import SAEStore
+from steer_widgets.steering import METHODS, Direction, row_op
 from steer_widgets.tl_runtime import TransformerLensRuntime
 
 D_MODEL, N_HEADS, D_SAE = 32, 4, 96
@@ -140,20 +141,25 @@ def test_rms_norm_models_are_not_centred(lens_sae, tmp_path):
     torch.testing.assert_close(ours, lens.encode(theirs), atol=1e-5, rtol=1e-5)
 
 
-def test_steering_a_raw_stream_moves_the_model_as_in_the_centred_one(gpt2_like):
-    """Adding a decoder row to our raw residual changes the logits exactly as adding it to
-    TransformerLens' centred residual does: every LayerNorm removes the mean component."""
+@pytest.mark.parametrize("method", METHODS)
+def test_steering_at_a_centred_sae_hook_acts_as_in_transformer_lens(gpt2_like, method):
+    """Steering our raw stream with a centred SAE's direction moves the model exactly as the
+    same request on TransformerLens' centred stream: an added row's mean component is removed
+    by every LayerNorm, and projections are taken of the centred value."""
     raw, processed = gpt2_like
-    v = torch.randn(D_MODEL, generator=torch.Generator().manual_seed(4)) * 5 + 1.0
+    hook, tokens = "blocks.0.hook_resid_post", torch.tensor(TOKENS)
+    v = torch.randn(D_MODEL, generator=torch.Generator().manual_seed(4)) * 2 + 0.5
+    strength = 0.2 if method == "PROJECTION_CAP" else 3.0
 
-    def add(x, hook):
-        return x + v
+    def run(model, centred: bool) -> torch.Tensor:
+        op = row_op(method, [Direction(hook, v, strength, centred)], 1.0, None)
+        return model.run_with_hooks(tokens, fwd_hooks=[(hook, lambda x, hook: op(x, 0))])
 
-    hooks = [("blocks.0.hook_resid_post", add)]
-    tokens = torch.tensor(TOKENS)
-    steered = [m.run_with_hooks(tokens, fwd_hooks=hooks) for m in (raw, processed)]
-    assert (steered[0] - raw(tokens)).abs().max() > 0.1  # the steering does something
-    torch.testing.assert_close(steered[0], steered[1], atol=1e-4, rtol=1e-4)
+    theirs = run(processed, centred=False)
+    torch.testing.assert_close(run(raw, centred=True), theirs, atol=1e-4, rtol=1e-4)
+    assert (theirs - processed(tokens)).abs().max() > 0.1  # the steering does something
+    if method != "SIMPLE_ADDITIVE":  # and projecting the raw value would not be the same
+        assert (run(raw, centred=False) - theirs).abs().max() > 1e-2
 
 
 def test_settings_we_cannot_reproduce_are_refused(tmp_path):
