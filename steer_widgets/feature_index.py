@@ -91,7 +91,10 @@ class FeatureIndex:
 
 
 def top_output_tokens(w_dec: torch.Tensor, unembed: torch.Tensor, tokenizer, k: int = 10):
-    """Each feature's ``k`` top positive output tokens: ``W_dec @ W_U``, in chunks."""
+    """Each feature's ``k`` top positive output tokens: ``W_dec @ W_U``, in chunks. Rows
+    narrower than the residual stream (a per-head SAE's) have none."""
+    if w_dec.shape[1] != unembed.shape[0]:
+        return [[] for _ in range(w_dec.shape[0])]
     out = []
     for chunk in w_dec.split(512):
         top = (chunk @ unembed).topk(k, dim=-1).indices

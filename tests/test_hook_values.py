@@ -19,7 +19,7 @@ from safetensors.torch import save_file
 
 import steer_widgets as sw
 from steer_widgets.activations import ResidualCache, residuals
-from steer_widgets.hook_view import centres_writes
+from steer_widgets.hook_view import HookView, centres_writes
 from steer_widgets.sae_store import SAEStore
 from steer_widgets.steering import METHODS, Direction, row_op
 from steer_widgets.tl_runtime import TransformerLensRuntime
@@ -185,3 +185,42 @@ def test_prepend_bos_puts_bos_first_once():
     assert with_bos.encode("The cat sat").special[0]
     again = with_bos.encode(hf.bos_token + "The cat sat").ids
     assert again.count(plain.bos_id) == 1
+
+
+def test_engine_reads_and_steers_one_head_of_the_default_model(engine, lens_sae, tmp_path):
+    """End to end on SmolLM2 (9 heads of 64 on ``attn.hook_z``): a per-head SAE's feature
+    values are SAE Lens' on that head's slice, and steering with it runs and changes text."""
+    hook, d_head, head = "blocks.4.attn.hook_z", 64, 7
+    g = torch.Generator().manual_seed(6)
+    folder = tmp_path / "head7"
+    folder.mkdir()
+    weights = {
+        "W_enc": torch.randn(d_head, D_SAE, generator=g) / d_head**0.5,
+        "b_enc": torch.randn(D_SAE, generator=g) * 0.1,
+        "W_dec": torch.nn.functional.normalize(torch.randn(D_SAE, d_head, generator=g), dim=1),
+        "b_dec": torch.zeros(d_head),
+    }
+    save_file(weights, folder / "sae_weights.safetensors")
+    meta = {"model_name": "m", "hook_name": hook, "hook_head_index": head, **CENTRED}
+    meta["sae_lens_version"] = "6.54.12"
+    cfg = {"architecture": "standard", "d_in": d_head, "d_sae": D_SAE, "metadata": meta}
+    (folder / "cfg.json").write_text(json.dumps(cfg))
+    heads = sw.Engine(engine.model, saes={"head7": folder})
+    assert not heads.saes.centres_writes  # RMSNorm model: centring never applies
+    assert heads.saes.config("head7").view == HookView(False, head, d_head)
+
+    text = heads.text("The cat sat on the mat because")
+    z = residuals(engine.model.runtime, ResidualCache(), text.ids, [hook])[hook]
+    lens = lens_sae.load_from_disk(folder, device="cpu", dtype="float32")
+    want = lens.encode(z[:, head * d_head : (head + 1) * d_head])
+    feature = int(want[1:].sum(0).argmax())
+    got = heads.activations(text, "head7", feature)
+    torch.testing.assert_close(torch.tensor(got.values[1:]), want[1:, feature], atol=1e-5, rtol=0)
+    assert got.max_value > 0
+
+    request = sw.SteerRequest(
+        "The cat sat", features=[sw.Feature("head7", feature, 400.0)], n_completion_tokens=6,
+        temperature=0.0,
+    )  # fmt: skip
+    out = heads.steer(request).outputs
+    assert out["STEERED"].token_ids != out["DEFAULT"].token_ids

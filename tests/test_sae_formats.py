@@ -228,3 +228,10 @@ def test_one_feature_index_check(tmp_path):
         with pytest.raises(sw.SourceError, match="out of range"):
             store.decoder_row(name, bad)
     assert store.check_index(name, D_SAE - 1).d_sae == D_SAE
+
+
+def test_per_head_rows_have_no_output_tokens():
+    from steer_widgets.feature_index import top_output_tokens
+
+    rows = top_output_tokens(torch.randn(3, 16), torch.randn(64, 50), tokenizer=None)
+    assert rows == [[], [], []]
