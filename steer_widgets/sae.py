@@ -122,7 +122,10 @@ def _top_k(top: dict, flat: bool) -> int:
 
 
 def _is_pre_6(raw: dict) -> bool:
-    """SAE Lens' rule: no version, or one before 6.0, means the old flat layout."""
+    """SAE Lens' rule: no version, or one before 6.0, means the old flat layout; but a nested
+    ``metadata`` (a folder written by hand in the new layout) is read as the new one."""
+    if isinstance(raw.get("metadata"), dict):
+        return False
     version = raw.get("sae_lens_version") or (raw.get("metadata") or {}).get("sae_lens_version")
     try:
         return not version or int(str(version).split(".")[0]) < 6

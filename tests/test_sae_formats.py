@@ -235,3 +235,12 @@ def test_per_head_rows_have_no_output_tokens():
 
     rows = top_output_tokens(torch.randn(3, 16), torch.randn(64, 50), tokenizer=None)
     assert rows == [[], [], []]
+
+
+def test_new_layout_without_a_version_is_read_as_new(tmp_path):
+    """A cfg.json written by hand with ``metadata`` but no ``sae_lens_version``."""
+    cfg = {"architecture": "standard", "d_in": D_IN, "d_sae": D_SAE}
+    cfg["metadata"] = {"hook_name": "blocks.3.hook_resid_post", "prepend_bos": False}
+    write_sae(tmp_path / "hand", cfg, random_weights("standard", 0))
+    read = SAEConfig.read("hand", tmp_path / "hand")
+    assert (read.hook_name, read.prepend_bos) == ("blocks.3.hook_resid_post", False)
