@@ -8,6 +8,7 @@ slider never touches the disk; only heatmaps and top-k queries need a whole SAE 
 
 from __future__ import annotations
 
+import operator
 import threading
 import time
 import warnings
@@ -116,7 +117,11 @@ class SAEStore:
     def check_index(self, source: str, index: int) -> SAEConfig:
         """The source's config, if ``index`` names one of its features (the one range check)."""
         cfg = self.config(source)
-        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < cfg.d_sae:
+        try:
+            whole = None if isinstance(index, bool) else operator.index(index)  # numpy ints too
+        except TypeError:
+            whole = None
+        if whole is None or not 0 <= whole < cfg.d_sae:
             raise SourceError(source, f"feature index {index!r} out of range 0..{cfg.d_sae - 1}")
         return cfg
 
@@ -130,6 +135,7 @@ class SAEStore:
     def decoder_row(self, source: str, index: int) -> Tensor:
         """``W_dec[index]`` as float32, read lazily once and then kept hot."""
         cfg = self.check_index(source, index)
+        index = operator.index(index)  # one cache key for 3, np.int64(3), tensor(3)
         key = (source, index)
         with self._lock:
             row = self._rows.get(key)

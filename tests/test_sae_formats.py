@@ -228,6 +228,8 @@ def test_one_feature_index_check(tmp_path):
         with pytest.raises(sw.SourceError, match="out of range"):
             store.decoder_row(name, bad)
     assert store.check_index(name, D_SAE - 1).d_sae == D_SAE
+    assert torch.equal(store.decoder_row(name, torch.tensor(3)), store.decoder_row(name, 3))
+    assert store.stats()["row_reads"] == 1  # one cache entry for both spellings of 3
 
 
 def test_per_head_rows_have_no_output_tokens():
