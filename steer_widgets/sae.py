@@ -174,10 +174,12 @@ class SAE:
         self.b_gate, self.b_mag = tensors.get("b_gate"), tensors.get("b_mag")
         self.r_mag = tensors.get("r_mag")
         _check_shapes(cfg, self)
+        # TopK SAEs trained with unit-norm-equivalent rows rank features by act * |row|.
+        self.row_norms = self.W_dec.norm(dim=-1) if cfg.rescale_acts_by_decoder_norm else None
 
     def nbytes(self) -> int:
         ts = [self.W_enc, self.W_dec, self.b_dec, self.b_enc, self.threshold]
-        ts += [self.b_gate, self.b_mag, self.r_mag]
+        ts += [self.b_gate, self.b_mag, self.r_mag, self.row_norms]
         return sum(t.numel() * t.element_size() for t in ts if t is not None)
 
     def sae_input(self, x: Tensor) -> Tensor:
@@ -193,8 +195,8 @@ class SAE:
             return _gated(sae_in @ self.W_enc, self.b_gate, self.b_mag, self.r_mag)
         pre = sae_in @ self.W_enc + self.b_enc
         if arch == "topk":
-            if self.cfg.rescale_acts_by_decoder_norm:
-                pre = pre * self.W_dec.norm(dim=-1)
+            if self.row_norms is not None:
+                pre = pre * self.row_norms
             top = pre.topk(self.cfg.k, dim=-1, sorted=False)
             return torch.zeros_like(pre).scatter(-1, top.indices, top.values.relu())
         if arch == "jumprelu":
@@ -216,8 +218,8 @@ class SAE:
     def decode(self, acts: Tensor, x: Tensor | None = None) -> Tensor:
         """The reconstruction (in the SAE's view of the hook). ``constant_norm_rescale`` and
         ``layer_norm`` SAEs undo the input's own scale: pass the encoded input as ``x``."""
-        if self.cfg.rescale_acts_by_decoder_norm:
-            acts = acts * (1 / self.W_dec.norm(dim=-1))
+        if self.row_norms is not None:
+            acts = acts * (1 / self.row_norms)
         out = acts @ self.W_dec + self.b_dec
         return _normalize_out(self.cfg, out, None if x is None else self.cfg.view.to_sae(x))
 
