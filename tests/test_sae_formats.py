@@ -236,7 +236,7 @@ def test_per_head_rows_have_no_output_tokens():
     from steer_widgets.feature_index import top_output_tokens
 
     rows = top_output_tokens(torch.randn(3, 16), torch.randn(64, 50), tokenizer=None)
-    assert rows == [[], [], []]
+    assert rows == [([], []), ([], []), ([], [])]
 
 
 def test_new_layout_without_a_version_is_read_as_new(tmp_path):
