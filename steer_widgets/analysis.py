@@ -25,7 +25,7 @@ from .activations import (
     max_outside_special,
     residuals,
 )
-from .errors import RequestError, SourceError
+from .errors import RequestError
 from .feature_index import FeatureIndex, top_output_tokens
 from .model import LoadedModel
 from .results import Completion
@@ -83,9 +83,7 @@ class Analysis:
 
     def feature_values(self, text: Text, source: str, index: int | None = None) -> Tensor:
         """Activations [T] of one feature (or [T, d_sae] of all) over ``text``; BOS zeroed."""
-        cfg = self.saes.config(source)
-        if index is not None:
-            _check_index(source, index, cfg.d_sae)
+        cfg = self.saes.config(source) if index is None else self.saes.check_index(source, index)
         also = [self.saes.config(s).hook_name for s in self.saes.sources()]
         runtime = self.model.runtime
         resid = residuals(runtime, self.residual_cache, text.ids, [cfg.hook_name], also)
@@ -158,8 +156,7 @@ class Analysis:
 
     def neighbours(self, source: str, index: int, n: int = 10) -> list[tuple[int, float]]:
         """Features whose decoder rows point most nearly the same way (cosine similarity)."""
-        cfg = self.saes.config(source)
-        _check_index(source, index, cfg.d_sae)
+        cfg = self.saes.check_index(source, index)
         _check_count("n", n)
         with self.saes.using(source) as (sae,):
             unit_rows = torch.nn.functional.normalize(sae.W_dec, dim=1)
@@ -188,11 +185,6 @@ class Analysis:
                 index = FeatureIndex.load(source, cfg.folder, tokens)
                 self._indexes[source] = index
             return index
-
-
-def _check_index(source: str, index, d_sae: int) -> None:
-    if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < d_sae:
-        raise SourceError(source, f"feature index {index!r} out of range 0..{d_sae - 1}")
 
 
 def _check_count(name: str, value) -> None:

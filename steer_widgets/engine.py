@@ -22,6 +22,7 @@ from .concepts import Concepts, FeatureMatches
 from .errors import RequestError
 from .feature_index import FeatureIndex
 from .generation import Row, Sampling, decode
+from .hook_view import centres_writes
 from .model import DEFAULT_MODEL, LoadedModel, load_model
 from .results import Completion, Frame, SteerResult
 from .sae_store import DEFAULT_BUDGET, SAEStore
@@ -61,7 +62,8 @@ class Engine:
         self.model = (
             model if isinstance(model, LoadedModel) else load_model(model, device, dtype, backend)
         )
-        self.saes = SAEStore(self.model.runtime.hook_widths(), sae_budget_bytes)
+        runtime = self.model.runtime
+        self.saes = SAEStore(runtime.hook_widths(), sae_budget_bytes, centres_writes(runtime))
         if saes is None:
             self.saes.add_packaged(self.model.name)
         elif isinstance(saes, Mapping):

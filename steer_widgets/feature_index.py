@@ -128,7 +128,10 @@ def logit_lens(
 def top_output_tokens(
     w_dec: torch.Tensor, unembed: torch.Tensor, tokenizer, norm_weight=None, k: int = 10
 ) -> list[tuple[list[str], list[str]]]:
-    """Each feature's ``k`` top and bottom output tokens as strings."""
+    """Each feature's ``k`` top and bottom output tokens as strings. Rows narrower than the
+    residual stream (a per-head SAE's) have none."""
+    if w_dec.shape[1] != unembed.shape[0]:
+        return [([], []) for _ in range(w_dec.shape[0])]
     top, bottom = logit_lens(w_dec, unembed, norm_weight, k)
     cache: dict[int, str] = {}
 

@@ -152,12 +152,17 @@ def sweep_label(multiplier: float) -> str:
 
 @dataclass(frozen=True)
 class Direction:
-    """One resolved direction: where it goes, which way, and its base strength."""
+    """One resolved direction: where it goes, which way, and its base strength.
+
+    ``centred``: the direction's SAE reads this hook mean-centred (``hook_view``), so the
+    component along it is taken of the centred value, as TransformerLens would see it.
+    """
 
     hook: str
     vector: Tensor
     strength: float
     field: str = "vectors"  # the request field it came from, for errors about it
+    centred: bool = False
 
 
 @dataclass(frozen=True)
@@ -222,12 +227,14 @@ def resolve_directions(
     for i, f in enumerate(request.features):
         try:
             cfg = saes.config(f.source)
-            vec = saes.decoder_row(f.source, f.index)
+            vec = saes.direction(f.source, f.index)
         except SourceError as err:
             raise RequestError(f"features[{i}]", str(err)) from err
         if request.normalize_steering:
             vec = unit(vec, f"features[{i}]")
-        out.append(Direction(cfg.hook_name, vec, float(f.strength), f"features[{i}]"))
+        out.append(
+            Direction(cfg.hook_name, vec, float(f.strength), f"features[{i}]", cfg.view.centre)
+        )
     for i, v in enumerate(request.vectors):
         out.append(_vector_direction(i, v, hook_widths, request.normalize_steering))
     return out
@@ -353,7 +360,7 @@ def row_op(
     def op(x: Tensor, start: int) -> Tensor:
         new = x
         for i, d in enumerate(directions):
-            new = _apply(method, new, d.vector, units[i] if units else None, coefs[i])
+            new = _apply(method, new, d.vector, units[i] if units else None, coefs[i], d.centred)
         if unsteered_positions is None or start >= len(unsteered_positions):
             return new
         keep = unsteered_positions[start : start + x.shape[1]]
@@ -363,13 +370,16 @@ def row_op(
     return op
 
 
-def _apply(method: str, x: Tensor, v: Tensor, u: Tensor | None, c: float) -> Tensor:
+def _apply(
+    method: str, x: Tensor, v: Tensor, u: Tensor | None, c: float, centred: bool = False
+) -> Tensor:
     flat = x.reshape(x.shape[0], x.shape[1], -1)  # attn.hook_z is [B, T, heads, d_head]
     v, u = v.to(flat.device), None if u is None else u.to(flat.device)  # no-op on one device
     if method == "SIMPLE_ADDITIVE":
         out = flat + c * v
     else:
-        comp = (flat * u).sum(-1, keepdim=True)  # h . v^
+        seen = flat - flat.mean(-1, keepdim=True) if centred else flat
+        comp = (seen * u).sum(-1, keepdim=True)  # h . v^
         if method == "ORTHOGONAL_DECOMP":
             out = flat + (c - 1.0) * comp * u
         else:  # PROJECTION_CAP

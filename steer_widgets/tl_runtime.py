@@ -75,7 +75,7 @@ class _RowView:
 
 
 class TransformerLensRuntime:
-    """Wraps a ``HookedTransformer`` (loaded by ``HookedTransformer.from_pretrained``)."""
+    """Wraps a ``HookedTransformer`` (loaded unprocessed: the raw hook values SAEs train on)."""
 
     def __init__(self, model) -> None:
         self.tl = model.eval()

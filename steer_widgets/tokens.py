@@ -27,10 +27,16 @@ class EncodedPrompt:
 
 
 class Tokenizer:
-    """Thin wrapper over a transformers fast tokenizer."""
+    """Thin wrapper over a transformers fast tokenizer.
 
-    def __init__(self, hf_tokenizer) -> None:
+    ``prepend_bos``: put BOS before a completion prompt when the tokenizer does not, as
+    TransformerLens does for models with ``default_prepend_bos`` (GPT-2): SAEs trained with
+    ``prepend_bos`` saw every text after a BOS, and their features depend on it.
+    """
+
+    def __init__(self, hf_tokenizer, prepend_bos: bool = False) -> None:
         self.hf = hf_tokenizer
+        self.prepend_bos = prepend_bos
         self.special_ids = frozenset(hf_tokenizer.all_special_ids)
         self.eos_id = hf_tokenizer.eos_token_id
         self.bos_id = hf_tokenizer.bos_token_id
@@ -69,6 +75,8 @@ class Tokenizer:
         if not text.strip():
             raise RequestError("prompt", "is empty")
         ids = self.hf(text, add_special_tokens=True)["input_ids"]
+        if self.prepend_bos and self.bos_id is not None and ids[:1] != [self.bos_id]:
+            ids = [self.bos_id, *ids]
         return EncodedPrompt(tuple(ids), tuple(i in self.special_ids for i in ids), chat=False)
 
     def _encode_chat(self, messages: Sequence[dict]) -> EncodedPrompt:
