@@ -12,10 +12,12 @@ import json
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
+from numbers import Integral
 
 import torch
 from torch import Tensor
 
+from . import checks
 from .activations import (
     FeatureActivations,
     ResidualCache,
@@ -106,6 +108,7 @@ class Analysis:
 
     def activations(self, prompt, source: str, index: int, completion=None) -> FeatureActivations:
         """One feature over a prompt (and optional completion): per-token values and max."""
+        _check_index(source, index, self.saes.config(source).d_sae)  # None would mean "all"
         text = self.text(prompt, completion)
         values = self.feature_values(text, source, index)
         top, pos = max_outside_special(values, text.special)
@@ -186,13 +189,12 @@ class Analysis:
 
 
 def _check_index(source: str, index, d_sae: int) -> None:
-    if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < d_sae:
+    if isinstance(index, bool) or not isinstance(index, Integral) or not 0 <= index < d_sae:
         raise SourceError(source, f"feature index {index!r} out of range 0..{d_sae - 1}")
 
 
 def _check_count(name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise RequestError(name, f"must be an integer >= 1, got {value!r}")
+    checks.integer(name, value, lo=1)
 
 
 def _positions(text: Text, positions: Sequence[int] | None) -> list[int]:
@@ -204,7 +206,9 @@ def _positions(text: Text, positions: Sequence[int] | None) -> list[int]:
         chosen = list(positions)
     except TypeError:
         raise RequestError("positions", f"must be a list of integers, got {positions!r}") from None
-    bad = [p for p in chosen if isinstance(p, bool) or not isinstance(p, int) or not -n <= p < n]
+    bad = [
+        p for p in chosen if isinstance(p, bool) or not isinstance(p, Integral) or not -n <= p < n
+    ]
     if bad or not chosen:
         raise RequestError("positions", f"must be non-empty and within the text: {bad}")
     return chosen
