@@ -180,8 +180,13 @@ class Analysis:
 
                 def tokens():
                     with self.saes.using(source) as (sae,):
-                        unembed = self.model.runtime.unembed_weight.T
-                        return top_output_tokens(sae.W_dec, unembed, self.tokenizer.hf)
+                        runtime = self.model.runtime
+                        return top_output_tokens(
+                            sae.W_dec,
+                            runtime.unembed_weight.T,
+                            self.tokenizer.hf,
+                            getattr(runtime, "final_norm", None),
+                        )
 
                 index = FeatureIndex.load(source, cfg.folder, tokens)
                 self._indexes[source] = index

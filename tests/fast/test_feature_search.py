@@ -22,10 +22,9 @@ def index():
 
 
 def haystack(info) -> str:
-    return (
-        " ".join(info.top_tokens).lower()
-        + " ".join("".join(c["tokens"]) for c in info.contexts).lower()
-    )
+    """What search looks in: the label, the top output tokens, the top contexts."""
+    contexts = " ".join("".join(c["tokens"]) for c in info.contexts)
+    return f"{info.label} {' '.join(info.top_tokens)} {contexts}".lower()
 
 
 @pytest.mark.parametrize("query", ["france", " the", "war", "Congress"])
@@ -49,6 +48,8 @@ def test_limit_digits_and_empty(index):
 
 
 def test_token_only_index_without_shipped_file(tmp_path):
-    built = FeatureIndex.load("x", tmp_path, lambda: [[" Paris", " France"], [" cat", " dog"]])
+    pairs = [([" Paris", " France"], [" Berlin"]), ([" cat", " dog"], [" fish"])]
+    built = FeatureIndex.load("x", tmp_path, lambda: pairs)
     assert [i.index for i in built.search("franc")] == [0]
     assert [i.index for i in built.search("DOG")] == [1] and built[1].contexts == ()
+    assert built[0].bottom_tokens == (" Berlin",) and built.search("fish") == []
