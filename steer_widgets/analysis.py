@@ -179,8 +179,8 @@ class Analysis:
             if index is None:
 
                 def tokens():
+                    runtime = self.model.runtime
                     with self.saes.using(source) as (sae,):
-                        runtime = self.model.runtime
                         return top_output_tokens(
                             sae.W_dec,
                             runtime.unembed_weight.T,

@@ -48,8 +48,9 @@ def test_limit_digits_and_empty(index):
 
 
 def test_token_only_index_without_shipped_file(tmp_path):
-    pairs = [([" Paris", " France"], [" Berlin"]), ([" cat", " dog"], [" fish"])]
+    pairs = [([" Paris", " France"], [" the"]), ([" cat", " dog"], [" car"])]
     built = FeatureIndex.load("x", tmp_path, lambda: pairs)
     assert [i.index for i in built.search("franc")] == [0]
+    assert built[1].bottom_tokens == (" car",) and built.label(1) == "→ cat, dog"
     assert [i.index for i in built.search("DOG")] == [1] and built[1].contexts == ()
-    assert built[0].bottom_tokens == (" Berlin",) and built.search("fish") == []
+    assert built.search("car") == []  # bottom tokens are not searched
