@@ -180,7 +180,8 @@ def test_explorer_in_jupyterlab(lab, tmp_path):
             wait_until(lambda: steered_done(page) and steered_text(page) != before, 120, "rerun")
             after = steered_text(page)
             assert after and after != before
-            assert page.locator(".sw-heatmap .sw-tok").count() > 0
+            heat = page.locator(".sw-heatmap .sw-tok")  # drawn on a thread after the text
+            wait_until(lambda: heat.count() > 0, 60, "heatmap")
             shot = tmp_path / "explorer.png"
             page.screenshot(path=str(tmp_path / "lab.png"), full_page=True)
             page.locator(".jp-OutputArea-output", has=page.locator(STEERED)).screenshot(
