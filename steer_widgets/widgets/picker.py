@@ -1,13 +1,17 @@
-"""Feature picker: choose an SAE source, then find features by text, index or neighbours.
+"""Feature picker: choose an SAE source, then find features by text, ``#index`` or neighbours.
 
 Search runs over the engine's feature index (top output tokens and, for shipped SAEs, top
 activating contexts). Each result shows its top tokens and one activating context, with a
-button that hands the feature to ``on_pick``.
+button that hands the feature to ``on_pick``. A search that finds nothing says why (an
+index out of range, a word no feature mentions) instead of showing an empty list. The
+"add concept" row turns words into a steering vector where the engine can
+(``engine.concept_vector``) and hands it to ``on_concept``.
 """
 
 from __future__ import annotations
 
 import html
+import re
 from collections.abc import Callable
 
 import ipywidgets as widgets
@@ -16,12 +20,16 @@ from ..errors import SteerWidgetsError
 
 PickCallback = Callable[[str, int], None]
 ErrorCallback = Callable[[str], None]
+ConceptCallback = Callable[[str, object], None]  # (name, sw.Vector)
+INDEX = re.compile(r"^#?\s*(\d+)$")
 
 
-def describe(info, cosine: float | None = None) -> str:
-    """One result line as HTML: index, top tokens, typical max activation, a context."""
+def describe(info, cosine: float | None = None, label: str = "") -> str:
+    """One result line as HTML: index, label, top tokens, typical max activation, a context."""
     tokens = ", ".join(repr(t) for t in info.top_tokens[:6])
     bits = [f"<b>#{info.index}</b>"]
+    if label:
+        bits.append(html.escape(label))
     if cosine is not None:
         bits.append(f"cos {cosine:.2f}")
     if info.max_act is not None:
@@ -29,57 +37,129 @@ def describe(info, cosine: float | None = None) -> str:
     bits.append(f"<code>{html.escape(tokens)}</code>")
     line = " · ".join(bits)
     if info.example:
-        line += f"<br><span style='opacity:0.7'>{html.escape(info.example[:160])}</span>"
+        line += f"<br><span class='sw-hint'>{html.escape(info.example[:160])}</span>"
     return line
 
 
-class FeaturePicker:
-    """Source dropdown, search box and result list; ``ui`` is the widget to display."""
+# -- adapter: the engine's search API -------------------------------------------------------
+# ``engine.search_features(query, sources, n)`` (ranked matches with labels) and
+# ``engine.concept_vector(positive, negative)`` are being added to the engine; until an
+# engine has them the picker searches the feature index itself and hides "add concept".
+# Hooking the new API up is this block only.
+def search_indices(engine, source: str, query: str, limit: int) -> list[tuple[int, str]]:
+    """``(index, label)`` of the features matching ``query`` in ``source``, best first."""
+    if hasattr(engine, "search_features"):
+        matches = engine.search_features(query, sources=[source], n=limit)
+        return [(int(m.index), str(getattr(m, "label", "") or "")) for m in matches]
+    return [(i.index, "") for i in engine.feature_index(source).search(query, limit=limit)]
 
-    def __init__(self, engine, on_pick: PickCallback, on_error: ErrorCallback, limit: int = 8):
+
+def has_concepts(engine) -> bool:
+    return hasattr(engine, "concept_vector")
+
+
+# -------------------------------------------------------------------------------------------
+
+
+def no_result_hint(query: str, size: int) -> str:
+    """Why a search found nothing, and what to try instead."""
+    m = INDEX.match(query.strip())
+    if m:
+        return f"feature #{m.group(1)} does not exist: this SAE has features #0..#{size - 1}"
+    return (
+        f"no feature mentions {query.strip()!r} in its top tokens or contexts; "
+        f"try a shorter word, another SAE, or a feature index such as #12"
+    )
+
+
+def _text_and_button(placeholder: str, label: str) -> tuple[widgets.Text, widgets.Button]:
+    """A text box that grows and its button, which never shrinks below its label."""
+    text = widgets.Text(
+        placeholder=placeholder,
+        continuous_update=False,
+        layout={"width": "auto", "flex": "1 1 14em", "min_width": "12em"},
+    )
+    button = widgets.Button(description=label, layout={"width": "auto", "min_width": "6em"})
+    return text, button
+
+
+class FeaturePicker:
+    """Source dropdown, search box, result list and the concept row; ``ui`` is the widget."""
+
+    def __init__(
+        self,
+        engine,
+        on_pick: PickCallback,
+        on_error: ErrorCallback,
+        limit: int = 8,
+        on_concept: ConceptCallback | None = None,
+    ):
         self.engine = engine
         self.on_pick = on_pick
         self.on_error = on_error
+        self.on_concept = on_concept
         self.limit = limit
         sources = engine.saes.sources()
         self.source = widgets.Dropdown(
-            options=sources, value=sources[0] if sources else None, description="SAE"
+            options=sources,
+            value=sources[0] if sources else None,
+            description="SAE",
+            style={"description_width": "3em"},
+            layout={"width": "auto", "min_width": "16em", "flex": "0 1 auto"},
         )
-        self.query = widgets.Text(
-            placeholder="search top tokens / contexts, or a feature index",
-            continuous_update=False,
-            layout=widgets.Layout(width="24em"),
+        self.query, self.search_button = _text_and_button(
+            "search words in top tokens / contexts, or #index", "Search"
         )
-        self.search_button = widgets.Button(description="Search", layout={"width": "6em"})
+        self.concept, self.concept_button = _text_and_button(
+            "words to steer toward, e.g. music, songs", "add concept"
+        )
         self.results = widgets.VBox([])
         self.message = widgets.HTML("")
         self.query.observe(lambda _: self.search(self.query.value), names="value")
         self.search_button.on_click(lambda _: self.search(self.query.value))
-        self.source.observe(lambda _: self._clear(), names="value")
-        self.ui = widgets.VBox(
-            [
-                widgets.HBox([self.source, self.query, self.search_button]),
-                self.message,
-                self.results,
-            ]
-        )
+        self._quiet = False  # set while neighbours() switches the source itself
+        self.source.observe(self._source_changed, names="value")
+        self.concept_button.on_click(lambda _: self.add_concept(self.concept.value))
+        wrap = {"flex_flow": "row wrap", "width": "100%"}
+        rows = [widgets.HBox([self.source, self.query, self.search_button], layout=wrap)]
+        if has_concepts(engine) and on_concept is not None:
+            rows.append(widgets.HBox([self.concept, self.concept_button], layout=wrap))
+        for r in rows:
+            r.add_class("sw-wrap")
+        self.ui = widgets.VBox([*rows, self.message, self.results])
+
+    def _source_changed(self, _change) -> None:
+        """Another SAE: run the same query there (Enter keeps working on the same text)."""
+        if not self._quiet:
+            self.search(self.query.value)
 
     def _clear(self) -> None:
         self.results.children = ()
         self.message.value = ""
 
     def search(self, query: str) -> list:
-        """Text or index search over the current source; shows and returns FeatureInfos."""
+        """Text or ``#index`` search over the current source; shows and returns FeatureInfos."""
         source = self.source.value
         if not source or not query.strip():
             self._clear()
             return []
+        m = INDEX.match(query.strip())
         try:
-            infos = self.engine.feature_index(source).search(query, limit=self.limit)
+            index = self.engine.feature_index(source)
+            if m:
+                i = int(m.group(1))
+                found = [(i, "")] if i < len(index) else []
+            else:
+                found = search_indices(self.engine, source, query, self.limit)
         except SteerWidgetsError as err:
             self.on_error(str(err))
             return []
-        self._show(infos, None, f"{len(infos)} result(s) for {query!r}")
+        infos = [index[i] for i, _ in found]
+        if not infos:
+            self._show([], None, no_result_hint(query, len(index)))
+            return []
+        labels = [label for _, label in found]
+        self._show(infos, None, f"{len(infos)} result(s) for {query!r} in {source}", labels)
         return infos
 
     def neighbours(self, source: str, index: int) -> list:
@@ -91,20 +171,48 @@ class FeaturePicker:
             self.on_error(str(err))
             return []
         if self.source.value != source:
-            self.source.value = source
+            self._quiet = True
+            try:
+                self.source.value = source
+            finally:
+                self._quiet = False
         infos = [fi[i] for i, _ in pairs]
-        self._show(infos, [c for _, c in pairs], f"decoder neighbours of #{index}")
+        self._show(infos, [c for _, c in pairs], f"decoder neighbours of {source} #{index}")
         return infos
 
-    def _show(self, infos, cosines, caption: str) -> None:
+    def add_concept(self, words: str) -> None:
+        """Steer toward ``words`` (comma separated) through ``engine.concept_vector``."""
+        positive = [w.strip() for w in words.split(",") if w.strip()]
+        if not positive or self.on_concept is None:
+            return
+        try:
+            vector = self.engine.concept_vector(positive)
+        except SteerWidgetsError as err:
+            self.on_error(str(err))
+            return
+        self.on_concept(", ".join(positive), vector)
+
+    def _show(self, infos, cosines, caption: str, labels=None) -> None:
         source = self.source.value
         rows = []
         for k, info in enumerate(infos):
-            add = widgets.Button(description=f"+ #{info.index}", layout={"width": "6.5em"})
+            add = widgets.Button(
+                description=f"+ #{info.index}",
+                tooltip=f"steer with {source} #{info.index}",
+                layout={"width": "auto", "min_width": "6.5em", "flex": "0 0 auto"},
+            )
             add.on_click(lambda _, i=info.index: self.on_pick(source, i))
-            near = widgets.Button(description="≈", layout={"width": "2.5em"})
+            near = widgets.Button(
+                description="≈",
+                tooltip="decoder neighbours",
+                layout={"width": "2.5em", "flex": "0 0 auto"},
+            )
             near.on_click(lambda _, i=info.index: self.neighbours(source, i))
-            text = widgets.HTML(describe(info, None if cosines is None else cosines[k]))
-            rows.append(widgets.HBox([add, near, text]))
-        self.message.value = f"<i>{html.escape(caption)}</i>"
+            label = labels[k] if labels else ""
+            text = widgets.HTML(
+                describe(info, None if cosines is None else cosines[k], label),
+                layout={"flex": "1 1 16em", "min_width": "0"},
+            )
+            rows.append(widgets.HBox([add, near, text], layout={"flex_flow": "row wrap"}))
+        self.message.value = f"<i class='sw-hint'>{html.escape(caption)}</i>"
         self.results.children = tuple(rows)
