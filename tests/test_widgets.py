@@ -362,3 +362,27 @@ def test_saved_view_loads_into_a_new_explorer_with_the_same_tokens(engine, sourc
     assert loaded.wait(120), loaded.status
     assert same_tokens(loaded)
     assert loaded.request() == ex.request()
+
+
+def test_feature_card_shows_tokens_contexts_neighbours_and_steers(engine, source):
+    import html
+
+    ex = make(engine, live=False)
+    ex.picker.search("#12")
+    ex.picker.results.children[0].children[2].click()  # the result's "card" button
+    card = ex.picker.card
+    info = engine.feature_index(source)[12]
+    assert card.shown == (source, 12) and card.ui.layout.display is None
+    assert html.escape(repr(info.top_tokens[0])) in card.body.value
+    if info.contexts:  # shipped index: contexts with the max token outlined
+        assert card.body.value.count("outline") == min(3, len(info.contexts))
+    near = engine.neighbours(source, 12, n=6)
+    buttons = card.neighbours.children[1:]
+    assert [b.description for b in buttons] == [f"#{i} ({c:.2f})" for i, c in near]
+    buttons[0].click()  # a neighbour opens its own card
+    assert card.shown == (source, near[0][0])
+    card.steer.click()
+    picked = engine.feature_index(source)[near[0][0]]
+    assert ex.features == [sw.Feature(source, near[0][0], float(picked.max_act or 40.0))]
+    ex.features_ui.rows[0].box.children[3].click()  # the row's own "card" button
+    assert card.shown == (source, near[0][0])

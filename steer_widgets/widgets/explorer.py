@@ -60,6 +60,8 @@ def _size(w: widgets.Widget) -> None:
         w.layout = widgets.Layout(flex="1 1 22em", min_width="20em", width="auto")
     elif isinstance(w, widgets.Checkbox):
         w.layout = widgets.Layout(width="auto", flex="0 0 auto")
+    elif isinstance(w, widgets.Dropdown):  # the longest option must stay readable
+        w.layout = widgets.Layout(flex="0 1 24em", min_width="22em", width="auto")
     else:
         w.layout = widgets.Layout(flex="0 1 17em", min_width="15em", width="auto")
 
@@ -136,7 +138,7 @@ class Explorer:
             layout={"flex": "1 1 20em", "min_width": "15em", "width": "auto"},
         )
         self.picker = FeaturePicker(self.engine, self._picked, self._fail, on_concept=self._concept)
-        self.features_ui = FeatureRows(self._changed, self.picker.neighbours)
+        self.features_ui = FeatureRows(self._changed, self.picker.neighbours, self.picker.card.show)
         self.controls = Controls(values)
         for w in self.controls.widgets.values():
             _size(w)

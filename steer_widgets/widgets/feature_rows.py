@@ -55,10 +55,16 @@ def _button(text: str, tip: str) -> widgets.Button:
 class FeatureRows:
     """The rows, their container ``ui``, and callbacks for change / neighbours / removal."""
 
-    def __init__(self, on_change: Callable, on_near: Callable[[str, int], None]) -> None:
+    def __init__(
+        self,
+        on_change: Callable,
+        on_near: Callable[[str, int], None],
+        on_card: Callable[[str, int], None],
+    ) -> None:
         self.rows: list[Row] = []
         self.on_change = on_change
         self.on_near = on_near
+        self.on_card = on_card
         self.empty = widgets.HTML(
             "<span class='sw-hint'>no feature picked yet: search above</span>"
         )
@@ -68,15 +74,19 @@ class FeatureRows:
         slider = _slider(strength)
         name = widgets.HTML(f"<b>#{index}</b>", layout={"min_width": "3.5em"})
         near = _button("≈", "decoder neighbours")
+        card = _button("card", "what this feature is: tokens, contexts, neighbours")
         remove = _button("✕", "remove this feature")
         text = widgets.HTML(
             f"<code>{html.escape(source)}</code> {html.escape(label)}",
             layout={"flex": "1 1 12em", "min_width": "0"},
         )
-        box = widgets.HBox([name, slider, near, remove, text], layout={"flex_flow": "row wrap"})
+        box = widgets.HBox(
+            [name, slider, near, card, remove, text], layout={"flex_flow": "row wrap"}
+        )
         box.add_class("sw-wrap")
         row = Row(source, int(index), slider, box)
         near.on_click(lambda _: self.on_near(row.source, row.index))
+        card.on_click(lambda _: self.on_card(row.source, row.index))
         return self._append(row, remove)
 
     def add_vector(self, name: str, vector: Vector) -> int:

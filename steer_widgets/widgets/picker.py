@@ -17,6 +17,7 @@ from collections.abc import Callable
 import ipywidgets as widgets
 
 from ..errors import SteerWidgetsError
+from .card import FeatureCard
 
 PickCallback = Callable[[str, int], None]
 ErrorCallback = Callable[[str], None]
@@ -115,6 +116,7 @@ class FeaturePicker:
         )
         self.results = widgets.VBox([])
         self.message = widgets.HTML("")
+        self.card = FeatureCard(engine, on_pick, on_error)
         self.query.observe(lambda _: self.search(self.query.value), names="value")
         self.search_button.on_click(lambda _: self.search(self.query.value))
         self._quiet = False  # set while neighbours() switches the source itself
@@ -126,7 +128,7 @@ class FeaturePicker:
             rows.append(widgets.HBox([self.concept, self.concept_button], layout=wrap))
         for r in rows:
             r.add_class("sw-wrap")
-        self.ui = widgets.VBox([*rows, self.message, self.results])
+        self.ui = widgets.VBox([*rows, self.message, self.results, self.card.ui])
 
     def _source_changed(self, _change) -> None:
         """Another SAE: run the same query there (Enter keeps working on the same text)."""
@@ -208,11 +210,17 @@ class FeaturePicker:
                 layout={"width": "2.5em", "flex": "0 0 auto"},
             )
             near.on_click(lambda _, i=info.index: self.neighbours(source, i))
+            card = widgets.Button(
+                description="card",
+                tooltip="what this feature is: tokens, contexts, neighbours",
+                layout={"width": "auto", "flex": "0 0 auto"},
+            )
+            card.on_click(lambda _, i=info.index: self.card.show(source, i))
             label = labels[k] if labels else ""
             text = widgets.HTML(
                 describe(info, None if cosines is None else cosines[k], label),
                 layout={"flex": "1 1 16em", "min_width": "0"},
             )
-            rows.append(widgets.HBox([add, near, text], layout={"flex_flow": "row wrap"}))
+            rows.append(widgets.HBox([add, near, card, text], layout={"flex_flow": "row wrap"}))
         self.message.value = f"<i class='sw-hint'>{html.escape(caption)}</i>"
         self.results.children = tuple(rows)
