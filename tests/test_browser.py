@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import shutil
 import socket
@@ -102,6 +103,10 @@ def lab(tmp_path):
     ]:
         (tmp_path / sub).mkdir(parents=True, exist_ok=True)
         env[name] = str(tmp_path / sub)
+    # no "get notified about Jupyter news?" popup over the explorer
+    news = tmp_path / "jupyter/lab-settings/@jupyterlab/apputils-extension"
+    news.mkdir(parents=True)
+    (news / "notification.jupyterlab-settings").write_text(json.dumps({"fetchNews": "false"}))
     (tmp_path / "work").mkdir()
     (tmp_path / "work" / "explorer.ipynb").write_text(json.dumps(notebook([SETUP, SHOW])))
     cmd = [
@@ -263,7 +268,8 @@ def test_explorer_in_jupyterlab(lab, tmp_path):
 
             # hovering a heatmap token shows its value and top features inside the widget
             wait_until(lambda: state(page) == "done", 60, "done")
-            page.locator(".sw-heatmap .sw-row[data-label='STEERED'] .sw-tok").first.hover()
+            toks = page.locator(".sw-heatmap .sw-row[data-label='STEERED'] .sw-tok")
+            toks.filter(has_text=re.compile(r"\w")).first.hover()
             tip = page.locator(".sw-heatmap .sw-tip")
             wait_until(lambda: tip.is_visible(), 10, "hover tip")
             assert "value" in tip.inner_text() and "top features" in tip.inner_text()
@@ -286,7 +292,8 @@ def test_explorer_in_jupyterlab(lab, tmp_path):
             wait_until(lambda: state(page) == "done", 120, "prompt back")
             assert not page.locator(".sw-completions .sw-stale-note").is_visible()
 
-            # narrow (a Colab-like width): wraps, one pane column, nothing cut off
+            # narrow (a Colab-like width, no file browser open): wraps, nothing cut off
+            page.evaluate("window.jupyterapp.shell.collapseLeft()")
             page.set_viewport_size({"width": 800, "height": 1600})
             page.wait_for_timeout(1000)
             check_layout(page, "800 px")

@@ -65,7 +65,8 @@ function render({ model, el }) {
     const stale = model.get("stale");
     el.classList.toggle("sw-stale", !!stale);
     note.textContent = stale ? `stale: ${stale}` : "";
-    prompt.textContent = model.get("prompt");
+    const text = model.get("prompt");
+    prompt.textContent = text ? `prompt: ${text}` : "";
     grid.replaceChildren(...model.get("panes").map(pane));
   };
   for (const name of ["panes", "prompt", "stale"]) model.on(`change:${name}`, draw);

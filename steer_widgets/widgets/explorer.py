@@ -57,7 +57,7 @@ def _row(children: list, *classes: str) -> widgets.HBox:
 def _size(w: widgets.Widget) -> None:
     """Sliders grow but never below a usable track; boxes and menus keep their text."""
     if isinstance(w, (widgets.FloatSlider, widgets.IntSlider)):
-        w.layout = widgets.Layout(flex="1 1 22em", min_width="20em", width="auto")
+        w.layout = widgets.Layout(flex="1 1 24em", min_width="24em", width="auto")
     elif isinstance(w, widgets.Checkbox):
         w.layout = widgets.Layout(width="auto", flex="0 0 auto")
     elif isinstance(w, widgets.Dropdown):  # the longest option must stay readable
@@ -166,10 +166,9 @@ class Explorer:
             options=[],
             description="heatmap of",
             style={"description_width": LABEL_WIDTH},
-            layout={"width": "auto", "min_width": "18em"},
+            layout={"width": "32em", "max_width": "100%"},
         )
         self.status_line = StatusLine()
-        self.status_line.layout = widgets.Layout(flex="1 1 20em", min_width="0")
         steering = self.controls.group("steering")
         self.ui = widgets.VBox(
             [

@@ -40,7 +40,7 @@ def _slider(strength: float) -> widgets.FloatSlider:
         step=1.0,
         description="strength",
         style={"description_width": "5em"},
-        layout={"flex": "1 1 18em", "min_width": "16em", "width": "auto"},
+        layout={"flex": "1 1 20em", "min_width": "20em", "width": "auto"},
     )
     slider.add_class("sw-strength")
     return slider
