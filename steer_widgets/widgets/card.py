@@ -57,7 +57,10 @@ class FeatureCard:
     """``show(source, index)`` fills ``ui``; ``on_steer(source, index)`` picks the feature."""
 
     def __init__(
-        self, engine, on_steer: Callable[[str, int], None], on_error: Callable[[str], None]
+        self,
+        engine,
+        on_steer: Callable[[str, int, float | None], None],
+        on_error: Callable[[str], None],
     ) -> None:
         self.engine = engine
         self.on_steer = on_steer
@@ -69,7 +72,7 @@ class FeatureCard:
         )
         self.close = widgets.Button(description="close", layout={"width": "auto"})
         self.neighbours = widgets.HBox([], layout={"flex_flow": "row wrap"})
-        self.steer.on_click(lambda _: self.shown and self.on_steer(*self.shown))
+        self.steer.on_click(lambda _: self.shown and self.on_steer(*self.shown, None))
         self.close.on_click(lambda _: self.hide())
         self.ui = widgets.VBox(
             [self.body, self.neighbours, widgets.HBox([self.steer, self.close])],

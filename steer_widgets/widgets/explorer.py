@@ -385,8 +385,8 @@ class Explorer:
         elif self.request_done is not None:
             self._mark_stale("settings changed since: press Run")
 
-    def _picked(self, source: str, index: int) -> None:
-        self.add_feature(source, index)
+    def _picked(self, source: str, index: int, strength: float | None = None) -> None:
+        self.add_feature(source, index, strength)
 
     def _concept(self, name: str, vector: Vector) -> None:
         self.add_concept(name, vector)

@@ -19,7 +19,7 @@ import ipywidgets as widgets
 from ..errors import SteerWidgetsError
 from .card import FeatureCard
 
-PickCallback = Callable[[str, int], None]
+PickCallback = Callable[[str, int, float | None], None]  # (source, index, strength or None)
 ErrorCallback = Callable[[str], None]
 ConceptCallback = Callable[[str, object], None]  # (name, sw.Vector)
 INDEX = re.compile(r"^#?\s*(\d+)$")
@@ -43,16 +43,19 @@ def describe(info, cosine: float | None = None, label: str = "") -> str:
 
 
 # -- adapter: the engine's search API -------------------------------------------------------
-# ``engine.search_features(query, sources, n)`` (ranked matches with labels) and
-# ``engine.concept_vector(positive, negative)`` are being added to the engine; until an
-# engine has them the picker searches the feature index itself and hides "add concept".
-# Hooking the new API up is this block only.
-def search_indices(engine, source: str, query: str, limit: int) -> list[tuple[int, str]]:
-    """``(index, label)`` of the features matching ``query`` in ``source``, best first."""
+# ``engine.search_features(query, sources, n)`` (matches ranked by what steering does, each
+# with a label and a recommended strength) and ``engine.concept_vector(concept)`` are being
+# added to the engine; an engine without them gets the feature index's text search and no
+# "add concept" row. Hooking the new API up is this block only.
+Found = tuple[int, str, float | None]  # (feature index, label, recommended strength)
+
+
+def search_indices(engine, source: str, query: str, limit: int) -> list[Found]:
+    """The features matching ``query`` in ``source``, best first."""
     if hasattr(engine, "search_features"):
         matches = engine.search_features(query, sources=[source], n=limit)
-        return [(int(m.index), str(getattr(m, "label", "") or "")) for m in matches]
-    return [(i.index, "") for i in engine.feature_index(source).search(query, limit=limit)]
+        return [(int(m.index), str(m.label or ""), float(m.strength)) for m in matches]
+    return [(i.index, "", None) for i in engine.feature_index(source).search(query, limit=limit)]
 
 
 def has_concepts(engine) -> bool:
@@ -112,7 +115,7 @@ class FeaturePicker:
             "search words in top tokens / contexts, or #index", "Search"
         )
         self.concept, self.concept_button = _text_and_button(
-            "words to steer toward, e.g. music, songs", "add concept"
+            "a concept to steer toward, e.g. music", "add concept"
         )
         self.results = widgets.VBox([])
         self.message = widgets.HTML("")
@@ -150,18 +153,18 @@ class FeaturePicker:
             index = self.engine.feature_index(source)
             if m:
                 i = int(m.group(1))
-                found = [(i, "")] if i < len(index) else []
+                found = [(i, "", None)] if i < len(index) else []
             else:
                 found = search_indices(self.engine, source, query, self.limit)
         except SteerWidgetsError as err:
             self.on_error(str(err))
             return []
-        infos = [index[i] for i, _ in found]
+        infos = [index[i] for i, _, _ in found]
         if not infos:
             self._show([], None, no_result_hint(query, len(index)))
             return []
-        labels = [label for _, label in found]
-        self._show(infos, None, f"{len(infos)} result(s) for {query!r} in {source}", labels)
+        caption = f"{len(infos)} result(s) for {query!r} in {source}"
+        self._show(infos, None, caption, [(label, s) for _, label, s in found])
         return infos
 
     def neighbours(self, source: str, index: int) -> list:
@@ -183,18 +186,19 @@ class FeaturePicker:
         return infos
 
     def add_concept(self, words: str) -> None:
-        """Steer toward ``words`` (comma separated) through ``engine.concept_vector``."""
-        positive = [w.strip() for w in words.split(",") if w.strip()]
-        if not positive or self.on_concept is None:
+        """Steer toward a concept named by ``words`` through ``engine.concept_vector``."""
+        concept = words.strip()
+        if not concept or self.on_concept is None:
             return
         try:
-            vector = self.engine.concept_vector(positive)
+            vector = self.engine.concept_vector(concept)
         except SteerWidgetsError as err:
             self.on_error(str(err))
             return
-        self.on_concept(", ".join(positive), vector)
+        self.on_concept(concept, vector)
 
-    def _show(self, infos, cosines, caption: str, labels=None) -> None:
+    def _show(self, infos, cosines, caption: str, found=None) -> None:
+        """Result rows; ``found`` holds each row's (label, recommended strength or None)."""
         source = self.source.value
         rows = []
         for k, info in enumerate(infos):
@@ -203,7 +207,8 @@ class FeaturePicker:
                 tooltip=f"steer with {source} #{info.index}",
                 layout={"width": "auto", "min_width": "6.5em", "flex": "0 0 auto"},
             )
-            add.on_click(lambda _, i=info.index: self.on_pick(source, i))
+            label, strength = found[k] if found else ("", None)
+            add.on_click(lambda _, i=info.index, s=strength: self.on_pick(source, i, s))
             near = widgets.Button(
                 description="≈",
                 tooltip="decoder neighbours",
@@ -216,7 +221,6 @@ class FeaturePicker:
                 layout={"width": "auto", "flex": "0 0 auto"},
             )
             card.on_click(lambda _, i=info.index: self.card.show(source, i))
-            label = labels[k] if labels else ""
             text = widgets.HTML(
                 describe(info, None if cosines is None else cosines[k], label),
                 layout={"flex": "1 1 16em", "min_width": "0"},
