@@ -386,3 +386,22 @@ def test_feature_card_shows_tokens_contexts_neighbours_and_steers(engine, source
     assert ex.features == [sw.Feature(source, near[0][0], float(picked.max_act or 40.0))]
     ex.features_ui.rows[0].box.children[3].click()  # the row's own "card" button
     assert card.shown == (source, near[0][0])
+
+
+def test_concept_row_steers_like_the_same_direction_as_a_feature(engine, source, tmp_path):
+    hook = engine.saes.config(source).hook_name
+    row = engine.saes.decoder_row(source, 7)
+    ex = make(engine, live=False, temperature=0.0)
+    assert ex.add_concept("row 7", sw.Vector(row, hook, 60.0)) == 0
+    ex.run()
+    assert ex.wait(120), ex.status
+    assert ex.request().vectors[0].strength == 60.0 and not ex.request().features
+    want = engine.steer(ex.request().with_(vectors=(), features=(sw.Feature(source, 7, 60.0),)))
+    assert ex.outputs["STEERED"].token_ids == want.outputs["STEERED"].token_ids
+    # a saved view carries the concept and reproduces the tokens
+    from steer_widgets.widgets.views import same_tokens
+
+    ex.save_view(tmp_path / "v.json")
+    loaded = Explorer.load_view(tmp_path / "v.json", engine)
+    assert loaded.wait(120) and same_tokens(loaded)
+    assert loaded.features_ui.rows[0].name == "row 7"

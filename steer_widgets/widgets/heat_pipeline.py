@@ -61,6 +61,7 @@ class HeatPipeline:
     def __init__(
         self, engine, heatmap: Heatmap, on_error: Callable[[str], None], interval_s: float = 0.5
     ) -> None:
+        self.live = True  # False: colour only finished runs (no work while tokens stream)
         self.engine = engine
         self.heatmap = heatmap
         self.on_error = on_error
@@ -73,6 +74,8 @@ class HeatPipeline:
 
     def submit(self, job: HeatJob) -> None:
         """Queue ``job`` (dropping an older queued one); returns at once."""
+        if not (job.final or self.live):
+            return
         with self._cond:
             self._job = job
             self._cond.notify_all()

@@ -41,7 +41,7 @@ def save_view(explorer, path: str | Path) -> dict:
 
 
 def load_view(cls, path: str | Path, engine=None, **kwargs):
-    """A new ``cls`` explorer showing the saved view (it runs unless ``live=False``)."""
+    """A new ``cls`` explorer showing the saved view; it runs once to reproduce the outputs."""
     view = json.loads(Path(path).read_text())
     if view.get("steer_widgets_view") != VIEW_VERSION:
         raise RequestError("view", f"{path} is not a steer_widgets view (version {VIEW_VERSION})")
@@ -73,8 +73,7 @@ def load_view(cls, path: str | Path, engine=None, **kwargs):
         ex.add_concept(name, Vector(torch.as_tensor(v.vector), v.hook, v.strength))
     ex.saved_outputs = view.get("outputs", {})
     ex.live.value = live
-    if live:
-        ex.run()
+    ex.run()  # once, live or not: the panes show the view's tokens again
     return ex
 
 
