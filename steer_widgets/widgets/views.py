@@ -25,8 +25,8 @@ def save_view(explorer, path: str | Path) -> dict:
     rows = explorer.features_ui.rows
     view = {
         "steer_widgets_view": VIEW_VERSION,
-        "chat": explorer.mode.value == "chat",
-        "prompt": explorer.prompt.value,
+        "chat": explorer.view.mode.value == "chat",
+        "prompt": explorer.view.prompt.value,
         "live": bool(explorer.live.value),
         "request": req.to_dict(),
         "concepts": [r.name for r in rows if r.vector is not None],
