@@ -1,7 +1,9 @@
 """Feature picker: choose an SAE source, then find features by text, ``#index`` or neighbours.
 
 Search runs over the engine's feature index (top output tokens and, for shipped SAEs, top
-activating contexts). Each result shows its top tokens and one activating context, with a
+activating contexts) at once; where the engine ranks features by what steering with them
+does (``search_features``), those matches follow on a background thread, so the kernel
+never waits for them. Each result shows its top tokens and one activating context, with a
 button that hands the feature to ``on_pick``. A search that finds nothing says why (an
 index out of range, a word no feature mentions) instead of showing an empty list. The
 "add concept" row turns words into a steering vector where the engine can
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import html
 import re
+import threading
 from collections.abc import Callable
 
 import ipywidgets as widgets
@@ -42,20 +45,22 @@ def describe(info, cosine: float | None = None, label: str = "") -> str:
     return line
 
 
-# -- adapter: the engine's search API -------------------------------------------------------
-# ``engine.search_features(query, sources, n)`` (matches ranked by what steering does, each
-# with a label and a recommended strength) and ``engine.concept_vector(concept)`` are being
-# added to the engine; an engine without them gets the feature index's text search and no
-# "add concept" row. Hooking the new API up is this block only.
+# -- adapter: the engine's concept API -----------------------------------------------------
+# ``engine.search_features(query, sources, n)`` ranks features by what adding them does
+# (each match with a label and a recommended strength); ``engine.concept_vector(concept)``
+# turns a concept into a steering vector. An engine without them gets the feature index's
+# text search only and no "add concept" row. Hooking the API up is this block only.
 Found = tuple[int, str, float | None]  # (feature index, label, recommended strength)
 
 
-def search_indices(engine, source: str, query: str, limit: int) -> list[Found]:
-    """The features matching ``query`` in ``source``, best first."""
-    if hasattr(engine, "search_features"):
-        matches = engine.search_features(query, sources=[source], n=limit)
-        return [(int(m.index), str(m.label or ""), float(m.strength)) for m in matches]
-    return [(i.index, "", None) for i in engine.feature_index(source).search(query, limit=limit)]
+def has_steering_search(engine) -> bool:
+    return hasattr(engine, "search_features")
+
+
+def steering_matches(engine, source: str, query: str, limit: int) -> list[Found]:
+    """Features of ``source`` whose decoder rows push toward ``query``, best first."""
+    matches = engine.search_features(query, sources=[source], n=limit)
+    return [(int(m.index), str(m.label or ""), float(m.strength)) for m in matches]
 
 
 def has_concepts(engine) -> bool:
@@ -119,6 +124,9 @@ class FeaturePicker:
         )
         self.results = widgets.VBox([])
         self.message = widgets.HTML("")
+        self.steering_results = widgets.VBox([])
+        self.steering_message = widgets.HTML("")
+        self.steering_thread: threading.Thread | None = None
         self.card = FeatureCard(engine, on_pick, on_error)
         self.query.observe(lambda _: self.search(self.query.value), names="value")
         self.search_button.on_click(lambda _: self.search(self.query.value))
@@ -131,7 +139,16 @@ class FeaturePicker:
             rows.append(widgets.HBox([self.concept, self.concept_button], layout=wrap))
         for r in rows:
             r.add_class("sw-wrap")
-        self.ui = widgets.VBox([*rows, self.message, self.results, self.card.ui])
+        self.ui = widgets.VBox(
+            [
+                *rows,
+                self.message,
+                self.results,
+                self.steering_message,
+                self.steering_results,
+                self.card.ui,
+            ]
+        )
 
     def _source_changed(self, _change) -> None:
         """Another SAE: run the same query there (Enter keeps working on the same text)."""
@@ -139,33 +156,62 @@ class FeaturePicker:
             self.search(self.query.value)
 
     def _clear(self) -> None:
-        self.results.children = ()
-        self.message.value = ""
+        for box, message in (
+            (self.results, self.message),
+            (self.steering_results, self.steering_message),
+        ):
+            box.children = ()
+            message.value = ""
 
     def search(self, query: str) -> list:
-        """Text or ``#index`` search over the current source; shows and returns FeatureInfos."""
+        """Text or ``#index`` search over the current source; shows and returns FeatureInfos.
+
+        Where the engine can, features that steer toward ``query`` follow below (computed on
+        ``steering_thread``).
+        """
         source = self.source.value
+        self._clear()
         if not source or not query.strip():
-            self._clear()
             return []
         m = INDEX.match(query.strip())
         try:
             index = self.engine.feature_index(source)
             if m:
                 i = int(m.group(1))
-                found = [(i, "", None)] if i < len(index) else []
+                infos = [index[i]] if i < len(index) else []
             else:
-                found = search_indices(self.engine, source, query, self.limit)
+                infos = index.search(query, limit=self.limit)
         except SteerWidgetsError as err:
             self.on_error(str(err))
             return []
-        infos = [index[i] for i, _, _ in found]
-        if not infos:
-            self._show([], None, no_result_hint(query, len(index)))
-            return []
-        caption = f"{len(infos)} result(s) for {query!r} in {source}"
-        self._show(infos, None, caption, [(label, s) for _, label, s in found])
+        if infos:
+            caption = f"{len(infos)} feature(s) mentioning {query!r} in {source}"
+            self._show(self.results, self.message, infos, caption)
+        else:
+            self.message.value = _caption(no_result_hint(query, len(index)))
+        if not m and has_steering_search(self.engine):
+            self._search_steering(source, query, index)
         return infos
+
+    def _search_steering(self, source: str, query: str, index) -> None:
+        self.steering_message.value = _caption(f"finding features that steer toward {query!r}…")
+
+        def work() -> None:
+            try:
+                found = steering_matches(self.engine, source, query, self.limit)
+            except SteerWidgetsError as err:
+                self.steering_message.value = ""
+                self.on_error(str(err))
+                return
+            if (self.source.value, self.query.value.strip()) != (source, query.strip()):
+                return  # superseded by another search
+            caption = f"features that steer toward {query!r} (ranked by decoder direction)"
+            infos = [index[i] for i, _, _ in found]
+            extra = [(label, strength) for _, label, strength in found]
+            self._show(self.steering_results, self.steering_message, infos, caption, found=extra)
+
+        self.steering_thread = threading.Thread(target=work, daemon=True)
+        self.steering_thread.start()
 
     def neighbours(self, source: str, index: int) -> list:
         """Features whose decoder rows point the same way as ``index`` (cosine)."""
@@ -182,7 +228,9 @@ class FeaturePicker:
             finally:
                 self._quiet = False
         infos = [fi[i] for i, _ in pairs]
-        self._show(infos, [c for _, c in pairs], f"decoder neighbours of {source} #{index}")
+        self._clear()
+        caption = f"decoder neighbours of {source} #{index}"
+        self._show(self.results, self.message, infos, caption, [c for _, c in pairs])
         return infos
 
     def add_concept(self, words: str) -> None:
@@ -197,8 +245,8 @@ class FeaturePicker:
             return
         self.on_concept(concept, vector)
 
-    def _show(self, infos, cosines, caption: str, found=None) -> None:
-        """Result rows; ``found`` holds each row's (label, recommended strength or None)."""
+    def _show(self, box, message, infos, caption: str, cosines=None, found=None) -> None:
+        """Result rows into ``box``; ``found`` holds each row's (label, strength or None)."""
         source = self.source.value
         rows = []
         for k, info in enumerate(infos):
@@ -226,5 +274,9 @@ class FeaturePicker:
                 layout={"flex": "1 1 16em", "min_width": "0"},
             )
             rows.append(widgets.HBox([add, near, card, text], layout={"flex_flow": "row wrap"}))
-        self.message.value = f"<i class='sw-hint'>{html.escape(caption)}</i>"
-        self.results.children = tuple(rows)
+        message.value = _caption(caption)
+        box.children = tuple(rows)
+
+
+def _caption(text: str) -> str:
+    return f"<i class='sw-hint'>{html.escape(text)}</i>"
