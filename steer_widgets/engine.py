@@ -26,6 +26,7 @@ from .activations import (
     max_outside_special,
     residuals,
 )
+from .concepts import Concepts, FeatureMatches
 from .errors import RequestError, SourceError
 from .feature_index import FeatureIndex, top_output_tokens
 from .generation import Row, Sampling, decode
@@ -36,6 +37,7 @@ from .steering import (
     Direction,
     Plan,
     SteerRequest,
+    Vector,
     check_combinable,
     row_op,
     sweep_label,
@@ -88,6 +90,7 @@ class Engine:
         self._lock = threading.Lock()  # one decode at a time: the CPU is the bottleneck
         self._active: set[threading.Event] = set()
         self.stop_ids = frozenset({self.tokenizer.eos_id} - {None})
+        self.concepts = Concepts(self)
 
     @classmethod
     def default(cls) -> Engine:
@@ -138,6 +141,71 @@ class Engine:
         """The model's own completion (no steering), e.g. ``engine.generate("Hi", seed=1)``."""
         request = SteerRequest(prompt=prompt, types=("DEFAULT",), **sampling)
         return self.steer(request).outputs["DEFAULT"]
+
+    def samples(self, prompt, n: int, **sampling) -> list[Completion]:
+        """``n`` samples of the model's own completion, decoded in one batch.
+
+        Sample ``i`` uses seed ``seed + i`` and equals ``generate(prompt, seed=seed + i)``
+        token for token (each row has its own random stream), so writing several examples
+        costs about one generation.
+        """
+        if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= 64:
+            raise RequestError("n", f"must be an integer from 1 to 64, got {n!r}")
+        request = SteerRequest(prompt=prompt, types=("DEFAULT",), **sampling)
+        prompt_enc, _ = self.plan(request)  # raises before any work
+        rows = [Row(seed=request.seed + i) for i in range(n)]
+        ids: list[list[int]] = [[] for _ in rows]
+        with self._lock:
+            for step in decode(
+                self.model.runtime, prompt_enc.ids, rows, request.sampling, self.stop_ids
+            ):
+                for r, token in enumerate(step.tokens):
+                    if token is not None:
+                        ids[r].append(token)
+        return [self._completion(x, "eos" if x[-1] in self.stop_ids else "length") for x in ids]
+
+    def steer_batch(self, requests: Mapping[str, SteerRequest]) -> dict[str, SteerResult]:
+        """Several requests on one prompt and one set of sampling settings (say, different
+        features to compare), decoded in one batch; each output equals its solo run."""
+        if not isinstance(requests, Mapping) or not requests:
+            raise RequestError("requests", "must be a non-empty mapping of name to request")
+        reqs = {name: _as_request(r) for name, r in requests.items()}
+        plans = {name: self.plan(r) for name, r in reqs.items()}  # all validated first
+        keys = {(p.ids, reqs[n].sampling) for n, (p, _) in plans.items()}
+        if len(keys) != 1:
+            raise RequestError("requests", "must share one prompt and one sampling setting")
+        prompt, first = next(iter(plans.values()))
+        sampling = next(iter(reqs.values())).sampling
+        owners = [(n, label) for n, (_, plan) in plans.items() for label in plan.labels]
+        rows = [row for _, plan in plans.values() for row in plan.rows]
+        ids: list[list[int]] = [[] for _ in rows]
+        started = time.perf_counter()
+        with self._lock:
+            for step in decode(self.model.runtime, prompt.ids, rows, sampling, self.stop_ids):
+                for r, token in enumerate(step.tokens):
+                    if token is not None:
+                        ids[r].append(token)
+        outputs: dict[str, dict[str, Completion]] = {n: {} for n in reqs}
+        for (name, label), x in zip(owners, ids, strict=True):
+            stop = "eos" if x and x[-1] in self.stop_ids else "length"
+            outputs[name][label] = self._completion(x, stop)
+        stats = {"seconds": time.perf_counter() - started, "batch": len(rows)}
+        return {
+            n: SteerResult(reqs[n], outputs[n], prompt.ids, self.model.name, stats) for n in reqs
+        }
+
+    def token_logprobs(self, prompt, completion: Completion | Sequence[int]) -> Tensor:
+        """Log-probability under the unsteered model of each completion token, given the
+        prompt and the tokens before it (fluency of a steered text; token probabilities)."""
+        text = self.text(prompt, completion)
+        n = len(text.ids) - len(self.text(prompt).ids)
+        if n == 0:
+            return torch.zeros(0)
+        ids = torch.tensor([list(text.ids)], device=self.model.runtime.device)
+        with self._lock, torch.no_grad():
+            logits = self.model.runtime.forward(ids)[0, -n - 1 : -1].float().cpu()
+        targets = torch.tensor(text.ids[-n:])
+        return torch.log_softmax(logits, -1).gather(1, targets[:, None])[:, 0]
 
     def result(self, request: SteerRequest, outputs: Mapping[str, Completion]) -> SteerResult:
         """Wrap outputs gathered from ``steer_stream`` as a ``SteerResult`` (for records)."""
@@ -308,12 +376,45 @@ class Engine:
 
                 def tokens():
                     with self.saes.using(source) as (sae,):
-                        unembed = self.model.runtime.unembed_weight.T
-                        return top_output_tokens(sae.W_dec, unembed, self.tokenizer.hf)
+                        runtime = self.model.runtime
+                        return top_output_tokens(
+                            sae.W_dec,
+                            runtime.unembed_weight.T,
+                            self.tokenizer.hf,
+                            getattr(runtime, "final_norm", None),
+                        )
 
                 index = FeatureIndex.load(source, cfg.folder, tokens)
                 self._indexes[source] = index
             return index
+
+    # -- concepts ---------------------------------------------------------------------------
+    def concept_vector(self, positive, negative=None, hook: str | None = None) -> Vector:
+        """A steering ``Vector`` toward a concept: difference in means of the residual.
+
+        ``positive``: a concept name (the model writes its own examples, several samples per
+        batch) or a list of texts or chats; ``negative``: the shipped neutral set by default.
+        ``hook=None`` takes the layer where concept vectors steered best in our measurements.
+        The vector is unit length and its ``strength`` is the recommended one (residual units).
+        """
+        return self.concepts.vector(positive, negative, hook)
+
+    def search_features(
+        self, query: str, sources: Sequence[str] | None = None, n: int = 10, examples=None
+    ) -> FeatureMatches:
+        """SAE features ranked by what steering with them does: the cosine of each decoder
+        row with the concept's direction at its SAE's hook. Each match carries a label and a
+        recommended strength. ``examples`` replaces the model-written texts about ``query``."""
+        return self.concepts.search(query, sources, n, examples)
+
+    def decompose(self, vector: Vector | Tensor, source: str, n: int = 10) -> FeatureMatches:
+        """The features of ``source`` that best explain ``vector`` (greedy matching pursuit;
+        ``score`` is each feature's share of the vector's length)."""
+        return self.concepts.decompose(vector, source, n)
+
+    def typical_norm(self, hook: str) -> float:
+        """Median residual norm at ``hook`` on neutral text: the unit strengths are read in."""
+        return self.concepts.typical_norm(hook)
 
     # -- internals -------------------------------------------------------------------------
     def _encode(self, request: SteerRequest) -> EncodedPrompt:

@@ -55,9 +55,11 @@ def _finite_nonneg(name: str, value: float) -> None:
 
 @dataclass
 class Row:
-    """One sequence to decode: its interventions, keyed by hook name."""
+    """One sequence to decode: its interventions, keyed by hook name, and its own seed
+    (``None``: the request's), so several samples of one prompt decode in one batch."""
 
     ops: Mapping[str, RowOp] = field(default_factory=dict)
+    seed: int | None = None
 
 
 @dataclass
@@ -86,7 +88,7 @@ def decode(
         logits = model.forward(prompt, cache.view(r), hooks=row.ops, last_only=True)
         last.append(logits[0, -1])
     cache.length = len(prompt_ids)
-    samplers = [RowSampler(sampling, prompt_ids, model.cfg.vocab_size) for _ in rows]
+    samplers = [RowSampler(sampling, prompt_ids, model.cfg.vocab_size, row.seed) for row in rows]
     done = [False] * len(rows)
     logits = torch.stack(last)
     for _ in range(n_new):
@@ -110,9 +112,13 @@ class RowSampler:
     (temperature 0) takes the argmax and ignores the penalty, as TransformerLens does.
     """
 
-    def __init__(self, sampling: Sampling, prompt_ids: Sequence[int], vocab: int) -> None:
+    def __init__(
+        self, sampling: Sampling, prompt_ids: Sequence[int], vocab: int, seed: int | None = None
+    ) -> None:
         self.s = sampling
-        self.gen = torch.Generator(device="cpu").manual_seed(sampling.seed)
+        self.gen = torch.Generator(device="cpu").manual_seed(
+            sampling.seed if seed is None else seed
+        )
         ids = torch.tensor(list(prompt_ids), dtype=torch.long)
         self.counts = torch.bincount(ids, minlength=vocab).float()
 
