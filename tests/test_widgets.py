@@ -374,6 +374,9 @@ def test_feature_card_shows_tokens_contexts_neighbours_and_steers(engine, source
     info = engine.feature_index(source)[12]
     assert card.shown == (source, 12) and card.ui.layout.display is None
     assert html.escape(repr(info.top_tokens[0])) in card.body.value
+    assert html.escape(engine.feature_index(source).label(12)) in card.body.value
+    if info.bottom_tokens:  # indexes built with the final-norm logit lens carry them
+        assert html.escape(repr(info.bottom_tokens[0])) in card.body.value
     if info.contexts:  # shipped index: contexts with the max token outlined
         assert card.body.value.count("outline") == min(3, len(info.contexts))
     near = engine.neighbours(source, 12, n=6)
@@ -405,3 +408,25 @@ def test_concept_row_steers_like_the_same_direction_as_a_feature(engine, source,
     loaded = Explorer.load_view(tmp_path / "v.json", engine)
     assert loaded.wait(120) and same_tokens(loaded)
     assert loaded.features_ui.rows[0].name == "row 7"
+
+
+def test_picker_finds_steering_features_and_adds_a_concept(engine, source):
+    ex = make(engine, live=False, n_completion_tokens=6)
+    ex.picker.query.value = "music"  # what typing and Enter do
+    ex.picker.steering_thread.join(300)
+    want = engine.search_features("music", sources=[source], n=ex.picker.limit)
+    rows = ex.picker.steering_results.children
+    assert [r.children[0].description for r in rows] == [f"+ #{m.index}" for m in want]
+    assert "steer toward &#x27;music&#x27;" in ex.picker.steering_message.value
+    rows[0].children[0].click()  # "+": the feature at its recommended strength
+    assert ex.features == [sw.Feature(source, want[0].index, want[0].strength)]
+
+    ex.picker.concept.value = "music"
+    ex.picker.concept_button.click()
+    vector = engine.concept_vector("music")
+    concept = ex.request().vectors[0]
+    assert concept.hook == vector.hook and concept.strength == vector.strength
+    assert ex.features_ui.rows[1].name == "music"
+    ex.run()
+    assert ex.wait(120) and not ex.error, ex.status
+    assert "STEERED" in ex.outputs

@@ -1,6 +1,7 @@
 """A feature card: what one feature is, before steering with it.
 
-Label and top output tokens (the feature index's logit lens), activation density, the top
+Label, the tokens it promotes and suppresses (the feature index's logit lens through the
+final norm, where the engine computes it), activation density, the top
 activating contexts with each context's strongest token highlighted, decoder neighbours
 (``engine.neighbours``) that open their own card, and a "steer with this" button. Works
 for any SAE the engine knows: where no index shipped, the engine computes top tokens on
@@ -35,9 +36,14 @@ def context_html(context: dict) -> str:
 
 def card_html(source: str, info, label: str = "") -> str:
     """The card's text: title, top tokens, density, contexts."""
-    tokens = ", ".join(repr(t) for t in info.top_tokens[:10])
     lines = [f"<b>{html.escape(source)} #{info.index}</b> {html.escape(label)}"]
-    lines.append(f"<div>top output tokens: <code>{html.escape(tokens)}</code></div>")
+    for name, toks in (
+        ("promotes", info.top_tokens),
+        ("suppresses", getattr(info, "bottom_tokens", ())),
+    ):
+        if toks:
+            text = html.escape(", ".join(repr(t) for t in toks[:10]))
+            lines.append(f"<div>{name} (logit lens): <code>{text}</code></div>")
     stats = []
     if info.max_act is not None:
         stats.append(f"max activation {info.max_act:.1f}")
@@ -82,13 +88,15 @@ class FeatureCard:
 
     def show(self, source: str, index: int) -> None:
         try:
-            info = self.engine.feature_index(source)[index]
+            fi = self.engine.feature_index(source)
+            info = fi[index]
+            label = fi.label(index)
             near = self.engine.neighbours(source, index, n=N_NEIGHBOURS)
         except (SteerWidgetsError, IndexError) as err:
             self.on_error(str(err))
             return
         self.shown = (source, index)
-        self.body.value = card_html(source, info, getattr(info, "label", "") or "")
+        self.body.value = card_html(source, info, label)
         buttons = [widgets.HTML("decoder neighbours:")]
         for i, cos in near:
             b = widgets.Button(

@@ -147,7 +147,7 @@ class Explorer:
         except SteerWidgetsError as err:
             self._fail(err)
             return -1
-        label = ", ".join(repr(t) for t in info.top_tokens[:5]) if info else ""
+        label = self._label(source, int(index), info)
         with self._batch():
             row = self.features_ui.add(source, int(index), float(strength), label)
             self._sync_heat_options()
@@ -383,6 +383,11 @@ class Explorer:
             self.record_box.layout.display = None
         except SteerWidgetsError as err:
             self._fail(err)
+
+    def _label(self, source: str, index: int, info) -> str:
+        """The feature's readable name and its first top tokens."""
+        tokens = ", ".join(repr(t) for t in info.top_tokens[:4]) if info else ""
+        return f"{self.engine.feature_index(source).label(index)} · {tokens}"
 
     def _info(self, source: str, index: int):
         try:
