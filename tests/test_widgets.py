@@ -327,6 +327,8 @@ def test_search_by_hash_index_and_hints_for_nothing_found(engine, source):
     assert f"#0..#{d_sae - 1}" in ex.picker.message.value
     assert ex.picker.search("qqzzxxv") == []
     assert "no feature mentions" in ex.picker.message.value
+    if ex.picker.steering_thread is not None:  # features that steer toward it, ranked anyway
+        ex.picker.steering_thread.join(300)
     # another SAE reruns the same query (Enter keeps working on the same text)
     ex.picker.query.value = "#12"
     other = [s for s in engine.saes.sources() if s != ex.picker.source.value]
