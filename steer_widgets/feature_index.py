@@ -152,22 +152,34 @@ STOPWORDS = frozenset(
 )
 
 
-def _word(token: str) -> str | None:
-    w = token.strip().lower()
+def _word(text: str) -> str | None:
+    w = text.strip().lower()
     return w if len(w) >= 3 and w.isalpha() and w not in STOPWORDS else None
 
 
+def _whole_word(tokens, pos: int) -> str:
+    """The word around ``tokens[pos]``: sub-word pieces joined until a space or punctuation."""
+    start = pos
+    while start > 0 and tokens[start][:1].isalpha() and tokens[start - 1][-1:].isalpha():
+        start -= 1
+    end = pos + 1
+    while end < len(tokens) and tokens[end][:1].isalpha() and tokens[end - 1][-1:].isalpha():
+        end += 1
+    return "".join(tokens[start:end])
+
+
 def feature_label(contexts, top_tokens, n: int = 2) -> str:
-    """A short readable name: the words the feature fires on (its top contexts' max tokens)
-    and the words it writes (logit-lens top tokens), e.g. ``music, song → melody, songs``."""
+    """A short readable name: the words the feature fires on (its top contexts' max tokens,
+    as whole words) and the whole words it writes (logit-lens top tokens that start a word),
+    e.g. ``music, song → melody, songs``."""
     reads: list[str] = []
     for c in contexts:
-        w = _word(c["tokens"][c["max_pos"]])
+        w = _word(_whole_word(c["tokens"], c["max_pos"]))
         if w and w not in reads:
             reads.append(w)
     writes: list[str] = []
     for t in top_tokens:
-        w = _word(t)
+        w = _word(t) if t[:1] == " " else None  # a piece without a leading space is a fragment
         if w and w not in writes and w not in reads[:n]:
             writes.append(w)
     left, right = ", ".join(reads[:n]), ", ".join(writes[:n])
