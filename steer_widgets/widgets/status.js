@@ -14,14 +14,10 @@ function render({ model, el }) {
   const stats = document.createElement("pre");
   details.append(summary, stats);
   el.append(badge, message, error, details);
-  const labels = {
-    idle: "idle", loading: "loading SAE", generating: "generating", done: "done",
-    stopped: "stopped by you", replaced: "replaced by a newer change", error: "error",
-  };
   const draw = () => {
     const state = model.get("state");
     el.dataset.state = state;
-    badge.textContent = labels[state] || state;
+    badge.textContent = model.get("label");
     message.textContent = model.get("message");
     const err = model.get("error");
     error.textContent = err ? `error: ${err}` : "";
@@ -29,7 +25,7 @@ function render({ model, el }) {
     stats.textContent = model.get("details");
     details.hidden = !model.get("details");
   };
-  for (const name of ["state", "message", "error", "details"]) model.on(`change:${name}`, draw);
+  for (const name of ["state", "label", "message", "error", "details"]) model.on(`change:${name}`, draw);
   draw();
 }
 

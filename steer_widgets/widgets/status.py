@@ -38,9 +38,14 @@ class StatusLine(anywidget.AnyWidget):
         (_HERE / "status.css").read_text() + (_HERE / "explorer.css").read_text()
     ).tag(sync=True)
     state = traitlets.Enum(list(STATES), default_value="idle").tag(sync=True)
+    label = traitlets.Unicode(STATES["idle"]).tag(sync=True)  # what the badge reads
     message = traitlets.Unicode("").tag(sync=True)
     error = traitlets.Unicode("").tag(sync=True)
     details = traitlets.Unicode("").tag(sync=True)
+
+    @traitlets.observe("state")
+    def _label(self, change) -> None:
+        self.label = STATES[change["new"]]
 
     def show(self, state: str, message: str = "", error: str = "") -> None:
         """Replace state, message and error together (one message to the browser)."""
