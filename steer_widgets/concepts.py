@@ -40,12 +40,13 @@ EXAMPLE_TEMPLATES = (
 SAMPLES_PER_TEMPLATE = 3
 EXAMPLE_TOKENS = 40
 EXAMPLE_TEMPERATURE = 0.8
-# Measured on the dev half of benchmarks/data/steer_concepts.json (see README, steer_efficacy):
-# the layer where concept vectors steer best, as a fraction of depth, and the strengths (in
-# typical residual norms) that change the text while it stays fluent.
-CONCEPT_DEPTH = 0.4
-VECTOR_STRENGTH = 1.0
-FEATURE_STRENGTH = 1.0
+# Measured on the dev half of benchmarks/data/steer_concepts.json with scripts/tune_steering.py
+# (README, "Steering efficacy"): the layer where concept vectors steered best at a fluency
+# cost near 1 nat (layer 9 of SmolLM2's 30; layers 6-18 tried), as a fraction of depth, and
+# the strengths in typical residual norms (0.15-0.5 tried; 1.0 wrecks the text).
+CONCEPT_DEPTH = 0.31
+VECTOR_STRENGTH = 0.35
+FEATURE_STRENGTH = 0.5
 
 Prompt = str | Sequence[dict]
 
