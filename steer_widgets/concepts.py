@@ -220,6 +220,9 @@ class Concepts:
         return {h: self._cache[(key, h)] for h in hooks}
 
     # -- the public tools ------------------------------------------------------------------
+    def feature_strength(self, hook: str) -> float:
+        return round(FEATURE_STRENGTH * self.typical_norm(hook), 2)
+
     def default_hook(self) -> str:
         n = self.engine.model.runtime.cfg.n_layers
         return f"blocks.{round(CONCEPT_DEPTH * (n - 1))}.hook_resid_post"
@@ -257,7 +260,7 @@ class Concepts:
             with saes.using(source) as (sae,):
                 cos = rank_by_direction(sae.W_dec, d)
             top = cos.topk(min(n, cos.numel()))
-            strength = round(FEATURE_STRENGTH * self.typical_norm(hook), 2)
+            strength = self.feature_strength(hook)
             labels = self.engine.feature_index(source)
             for score, i in zip(top.values.tolist(), top.indices.tolist(), strict=True):
                 found.append(FeatureMatch(source, i, score, labels.label(i), strength))
@@ -278,7 +281,7 @@ class Concepts:
         with self.engine.saes.using(source) as (sae,):
             picked = matching_pursuit(sae.W_dec, v, n)
         labels = self.engine.feature_index(source)
-        strength = round(FEATURE_STRENGTH * self.typical_norm(cfg.hook_name), 2)
+        strength = self.feature_strength(cfg.hook_name)
         return FeatureMatches(
             FeatureMatch(source, i, share, labels.label(i), strength) for i, share in picked
         )

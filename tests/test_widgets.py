@@ -53,8 +53,11 @@ def test_pick_feature_move_slider_steered_changes_default_does_not_regenerate(en
     assert [i.index for i in infos] == [7]
     add_button = ex.picker.results.children[0].children[0]
     add_button.click()
-    info = engine.feature_index(source)[7]
-    assert ex.features == [sw.Feature(source, 7, float(info.max_act or 40.0))]
+    strength = engine.default_strength(source)  # a fraction of the hook's typical norm
+    assert ex.features == [sw.Feature(source, 7, strength)]
+    slider = ex.features_ui.rows[0].slider
+    norm = engine.typical_norm(engine.saes.config(source).hook_name)
+    assert 0 < strength < norm and slider.max == pytest.approx(2 * norm) == -slider.min
     assert ex.wait(120), ex.status
     assert set(ex.outputs) == {"DEFAULT", "STEERED"}
 
@@ -387,8 +390,7 @@ def test_feature_card_shows_tokens_contexts_neighbours_and_steers(engine, source
     buttons[0].click()  # a neighbour opens its own card
     assert card.shown == (source, near[0][0])
     card.steer.click()
-    picked = engine.feature_index(source)[near[0][0]]
-    assert ex.features == [sw.Feature(source, near[0][0], float(picked.max_act or 40.0))]
+    assert ex.features == [sw.Feature(source, near[0][0], engine.default_strength(source))]
     ex.features_ui.rows[0].box.children[3].click()  # the row's own "card" button
     assert card.shown == (source, near[0][0])
 

@@ -141,22 +141,37 @@ class Explorer:
             if not 0 <= int(index) < cfg.d_sae:
                 raise SourceError(source, f"feature index {index} out of range 0..{cfg.d_sae - 1}")
             info = self._info(source, index)
+            norm = self._typical_norm(cfg.hook_name)
             if strength is None:
-                strength = info.max_act if info and info.max_act else DEFAULT_STRENGTH
+                strength = self._default_strength(source, info)
             _check_strength(strength)
         except SteerWidgetsError as err:
             self._fail(err)
             return -1
         label = self._label(source, int(index), info)
         with self._batch():
-            row = self.features_ui.add(source, int(index), float(strength), label)
+            row = self.features_ui.add(source, int(index), float(strength), label, norm)
             self._sync_heat_options()
         return row
 
     def add_concept(self, name: str, vector: Vector) -> int:
         """Steer with a custom direction (e.g. ``engine.concept_vector(...)``); its row."""
         with self._batch():
-            return self.features_ui.add_vector(name, vector)
+            return self.features_ui.add_vector(name, vector, self._typical_norm(vector.hook))
+
+    def _typical_norm(self, hook: str) -> float | None:
+        """The hook's typical residual norm, where the engine measures one (slider ranges)."""
+        typical_norm = getattr(self.engine, "typical_norm", None)
+        return typical_norm(hook) if typical_norm else None
+
+    def _default_strength(self, source: str, info) -> float:
+        """Where a new feature's slider starts: the engine's recommended strength (a
+        fraction of the hook's typical norm: a visible change that stays fluent), else the
+        reference tools' choice, the feature's max activation or 40."""
+        recommended = getattr(self.engine, "default_strength", None)
+        if recommended is not None:
+            return recommended(source)
+        return info.max_act if info and info.max_act else DEFAULT_STRENGTH
 
     def set_strength(self, row: int, value: float) -> None:
         """Move a row's slider (as a user would); a value beyond the range widens it."""

@@ -15,8 +15,9 @@ import ipywidgets as widgets
 from ..steering import Feature, Vector
 from .fields import widen
 
-STRENGTH_RANGE = 300.0  # the reference tools' slider range
-DEFAULT_STRENGTH = 40.0  # for features without a known max activation
+STRENGTH_RANGE = 300.0  # the reference tools' slider range, where no typical norm is known
+DEFAULT_STRENGTH = 40.0  # for features without a known max activation, on such engines
+NORMS_PER_RANGE = 2.0  # a slider spans +-2 typical residual norms of its hook
 
 
 @dataclass
@@ -31,13 +32,17 @@ class Row:
     name: str = ""
 
 
-def _slider(strength: float) -> widgets.FloatSlider:
-    limit = max(STRENGTH_RANGE, abs(float(strength)))
+def _slider(strength: float, typical_norm: float | None = None) -> widgets.FloatSlider:
+    """A strength slider over +-2 typical residual norms of the hook (the unit strengths are
+    read in), or the reference tools' +-300 where the engine knows no typical norm."""
+    span = STRENGTH_RANGE if not typical_norm else NORMS_PER_RANGE * typical_norm
+    limit = max(span, abs(float(strength)))
+    step = 1.0 if limit >= 300 else float(f"{limit / 300:.1g}")
     slider = widgets.FloatSlider(
         value=float(strength),
         min=-limit,
         max=limit,
-        step=1.0,
+        step=step,
         description="strength",
         style={"description_width": "5em"},
         layout={"flex": "1 1 20em", "min_width": "20em", "width": "auto"},
@@ -70,8 +75,10 @@ class FeatureRows:
         )
         self.ui = widgets.VBox([self.empty])
 
-    def add(self, source: str, index: int, strength: float, label: str) -> int:
-        slider = _slider(strength)
+    def add(
+        self, source: str, index: int, strength: float, label: str, norm: float | None = None
+    ) -> int:
+        slider = _slider(strength, norm)
         name = widgets.HTML(f"<b>#{index}</b>", layout={"min_width": "3.5em"})
         near = _button("≈", "decoder neighbours")
         card = _button("card", "what this feature is: tokens, contexts, neighbours")
@@ -89,8 +96,8 @@ class FeatureRows:
         card.on_click(lambda _: self.on_card(row.source, row.index))
         return self._append(row, remove)
 
-    def add_vector(self, name: str, vector: Vector) -> int:
-        slider = _slider(vector.strength)
+    def add_vector(self, name: str, vector: Vector, norm: float | None = None) -> int:
+        slider = _slider(vector.strength, norm)
         remove = _button("✕", "remove this concept")
         text = widgets.HTML(
             f"concept <b>{html.escape(name)}</b> <code>{html.escape(vector.hook)}</code>",
