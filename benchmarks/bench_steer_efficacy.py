@@ -65,7 +65,7 @@ def steered_rows(engine, prompt, configs: dict) -> dict:
         )
         for name, cfg in configs.items()
     }
-    return engine.steer_batch(requests)
+    return {name: r.outputs["STEERED"] for name, r in engine.steer_batch(requests).items()}
 
 
 def evaluate(engine, concepts: dict, names: list[str], prompts: list, sources: list) -> dict:
