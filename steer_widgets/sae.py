@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 from .errors import SourceError
+from .runtime import hook_layer
 
 ARCHITECTURES = ("standard", "topk", "jumprelu")
 WEIGHTS_FILE, CONFIG_FILE = "sae_weights.safetensors", "cfg.json"
@@ -36,8 +37,7 @@ class SAEConfig:
 
     @property
     def layer(self) -> int | None:
-        parts = self.hook_name.split(".")
-        return int(parts[1]) if len(parts) > 1 and parts[0] == "blocks" else None
+        return hook_layer(self.hook_name)
 
     def nbytes(self) -> int:
         """Resident float32 bytes once fully loaded."""

@@ -21,6 +21,7 @@ from pathlib import Path
 from torch import Tensor
 
 from .errors import SourceError
+from .runtime import hook_layer
 from .sae import SAE, SAEConfig, check_weights_header, read_tensors
 
 DEFAULT_BUDGET = 512 * 2**20
@@ -210,12 +211,12 @@ def _default_name(folder: Path) -> str:
     try:
         meta = json.loads((folder / "cfg.json").read_text()).get("metadata", {})
         hook = meta.get("hook_name", "")
-        layer = hook.split(".")[1] if hook.startswith("blocks.") else None
+        layer = hook_layer(hook)
     except (OSError, ValueError, IndexError):
         layer = None
     return (
         f"{layer}-{folder.name}"
-        if layer and not folder.name.startswith(f"{layer}-")
+        if layer is not None and not folder.name.startswith(f"{layer}-")
         else folder.name
     )
 
