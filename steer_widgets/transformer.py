@@ -327,7 +327,8 @@ _NAMES["gemma"] = _NAMES["llama"] | {
 def _canonical(cfg: TransformerConfig, state: Mapping[str, Tensor]) -> dict[str, Tensor]:
     """The state dict under the layout's full names, in [out, in] weight layout with q, k, v
     heads contiguous: GPT-2 checkpoints from the hub lack the ``transformer.`` prefix and
-    store Conv1D weights [in, out]; GPT-NeoX interleaves q, k, v per head."""
+    store Conv1D weights [in, out]; GPT-NeoX interleaves q, k, v per head, and transformers 5
+    names its unembedding ``lm_head`` in memory but ``embed_out`` on disk."""
     state = dict(state)
     if cfg.layout == "gpt2":
         state = {(k if k.startswith(("transformer.", "lm_head")) else "transformer." + k): v
@@ -335,6 +336,8 @@ def _canonical(cfg: TransformerConfig, state: Mapping[str, Tensor]) -> dict[str,
         conv = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
         state = {k: v.t() if k.endswith(conv) else v for k, v in state.items()}
     if cfg.layout == "neox":
+        if "embed_out.weight" not in state and "lm_head.weight" in state:
+            state["embed_out.weight"] = state.pop("lm_head.weight")  # transformers 5 in memory
         n, d = cfg.n_heads, cfg.d_head
         for key in [k for k in state if "attention.query_key_value." in k]:
             v = state[key]

@@ -13,6 +13,7 @@ import pytest
 import torch
 import transformers as tf
 
+import steer_widgets as sw
 from steer_widgets.generation import Row, Sampling, decode
 from steer_widgets.model import load_model
 from steer_widgets.transformer import Transformer
@@ -228,3 +229,34 @@ def test_every_hook_equals_transformer_lens(engine, tmp_path, name):
     assert set(seen) == set(ours.hook_names) and set(seen) <= set(cache.cache_dict)
     for hook in ours.hook_names:
         assert (seen[hook] - cache[hook]).abs().max() < 1e-4, hook
+
+
+@pytest.mark.parametrize("name", ["gpt2", "gemma2"])
+def test_engine_steers_another_architecture_exactly(engine, tmp_path, name):
+    """The public engine on a local folder of another architecture: a steered sweep beside
+    DEFAULT, every row equal to the same row requested alone."""
+    build(name, engine.tokenizer.hf, tmp_path)
+    other = sw.Engine(str(tmp_path), saes=[])
+    assert isinstance(other.model.runtime, Transformer)
+    vector = torch.randn(
+        other.model.runtime.cfg.d_model, generator=torch.Generator().manual_seed(0)
+    )
+    request = sw.SteerRequest(
+        prompt=PROMPT, vectors=[sw.Vector(vector, "blocks.1.hook_resid_pre", 4.0)],
+        n_completion_tokens=8, temperature=1.0, seed=4, sweep=(-1.0, 2.0),
+    )  # fmt: skip
+    together = other.steer(request).outputs
+    assert len(together) == 4 and together["DEFAULT"].token_ids != together["STEERED"].token_ids
+    for label, output in together.items():
+        other.clear_caches()
+        if label == "DEFAULT":
+            alone = other.steer(request.with_(types=("DEFAULT",), sweep=()))
+        else:
+            multiplier = 1.0 if label == "STEERED" else float(label.split("*")[1])
+            alone = other.steer(
+                request.with_(types=("STEERED",), sweep=(), strength_multiplier=multiplier)
+            )
+        assert (
+            alone.outputs[label if label in alone.outputs else "STEERED"].token_ids
+            == output.token_ids
+        ), label
