@@ -54,6 +54,7 @@ ARCHITECTURES = (  # the transformers classes whose checkpoints we load
     "Qwen3ForCausalLM",
     "Gemma2ForCausalLM",
     "Gemma3ForCausalLM",
+    "Gemma3ForConditionalGeneration",  # its language model (Gemma 3 4B and larger)
     "GPT2LMHeadModel",
     "GPTNeoXForCausalLM",
 )
@@ -122,6 +123,8 @@ class TransformerConfig:
         """Our config for a transformers config; ``UnsupportedModel`` when some switch
         (model type, activation, rope type, ...) is not one we implement."""
         model_type = getattr(hf, "model_type", None)
+        if model_type == "gemma3":  # the multimodal wrapper: run its language model
+            return cls.from_hf_config(hf.text_config)
         layout = MODEL_TYPES.get(model_type)
         if layout is None:
             raise UnsupportedModel(f"model type {model_type!r} is not one of {sorted(MODEL_TYPES)}")
@@ -330,6 +333,8 @@ def _canonical(cfg: TransformerConfig, state: Mapping[str, Tensor]) -> dict[str,
     store Conv1D weights [in, out]; GPT-NeoX interleaves q, k, v per head, and transformers 5
     names its unembedding ``lm_head`` in memory but ``embed_out`` on disk."""
     state = dict(state)
+    if cfg.layout == "gemma" and "model.embed_tokens.weight" not in state:
+        state = _language_model(state)
     if cfg.layout == "gpt2":
         state = {(k if k.startswith(("transformer.", "lm_head")) else "transformer." + k): v
                  for k, v in state.items()}  # fmt: skip
@@ -343,6 +348,24 @@ def _canonical(cfg: TransformerConfig, state: Mapping[str, Tensor]) -> dict[str,
             v = state[key]
             state[key] = v.reshape(n, 3, d, *v.shape[1:]).transpose(0, 1).reshape(v.shape)
     return state
+
+
+def _language_model(state: dict[str, Tensor]) -> dict[str, Tensor]:
+    """The language-model weights of a Gemma 3 multimodal checkpoint under causal-LM names
+    (``model.language_model.*`` in transformers 5, ``language_model.model.*`` before)."""
+    renames = {
+        "model.language_model.": "model.",
+        "language_model.model.": "model.",
+        "language_model.lm_head.": "lm_head.",
+    }
+    out = {}
+    for key, value in state.items():
+        for old, new in renames.items():
+            if key.startswith(old):
+                out[new + key[len(old) :]] = value
+        if key.startswith("lm_head."):
+            out[key] = value
+    return out
 
 
 def place_layers(device: str | Sequence[str], n_layers: int) -> list[torch.device]:

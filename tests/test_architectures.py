@@ -68,6 +68,25 @@ def _configs() -> dict:
                 "sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
             },
         ),  # fmt: skip
+        "gemma3_multimodal": lambda: tf.Gemma3Config(
+            text_config=dict(
+                SIZES,
+                num_key_value_heads=2,
+                head_dim=32,
+                query_pre_attn_scalar=32,
+                sliding_window=7,
+                sliding_window_pattern=2,
+            ),
+            vision_config=dict(
+                hidden_size=32,
+                intermediate_size=64,
+                num_hidden_layers=1,
+                num_attention_heads=2,
+                image_size=28,
+                patch_size=14,
+            ),
+            mm_tokens_per_image=4,
+        ),  # fmt: skip
         "gpt2": lambda: tf.GPT2Config(n_embd=64, n_layer=3, n_head=4, n_positions=256),
         "gpt_neox": lambda: tf.GPTNeoXConfig(
             **SIZES,
@@ -86,8 +105,8 @@ ARCHS = sorted(_configs())
 def build(name: str, tokenizer, folder):
     """A random-weight transformers model of ``name``, saved into ``folder``."""
     config = _configs()[name]()
-    config.vocab_size = len(tokenizer)
-    config.initializer_range = 0.1
+    for part in (config, getattr(config, "text_config", config)):
+        part.vocab_size, part.initializer_range = len(tokenizer), 0.1
     torch.manual_seed(0)
     hf = tf.AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
     with torch.no_grad():
