@@ -427,7 +427,6 @@ class Transformer:
         def w(name: str, dev=self.device) -> Tensor:
             return state[name].to(device=dev, dtype=dtype).contiguous()
 
-        self._w = w
         self.embed = w(names["embed"] + ".weight")
         self.pos_embed = w(names["pos_embed"] + ".weight") if cfg.learned_positions else None
         unembed = names["unembed"] + ".weight"
