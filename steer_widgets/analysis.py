@@ -28,7 +28,7 @@ from .activations import (
     residuals,
 )
 from .errors import RequestError
-from .feature_index import FeatureIndex, top_output_tokens
+from .feature_index import FeatureIndex, final_norm_weight, top_output_tokens
 from .model import LoadedModel
 from .results import Completion
 from .sae_store import SAEStore
@@ -182,7 +182,7 @@ class Analysis:
                             sae.W_dec,
                             runtime.unembed_weight.T,
                             self.tokenizer.hf,
-                            getattr(runtime, "final_norm", None),
+                            final_norm_weight(runtime),
                         )
 
                 index = FeatureIndex.load(source, cfg.folder, tokens)
