@@ -113,6 +113,7 @@ def evaluate(engine, concepts: dict, names: list[str], prompts: list, sources: l
                 )
             best_row = next(r for r in rows[::-1] if r["method"] == f"feature:{best.source}")
             rows.append({**best_row, "method": "feature"})
+        print(f"steer_efficacy: {name} done", flush=True)
         for s in sources:  # a source with no text-search hit scores a miss
             if s not in hits:
                 for p in prompts:
