@@ -32,6 +32,7 @@ class SteerResult:
     prompt_ids: tuple[int, ...]
     model: str
     stats: dict = field(default_factory=dict)
+    served_by: dict = field(default_factory=dict)  # remote engines: server and guarantee
 
     @property
     def cancelled(self) -> bool:
@@ -43,7 +44,7 @@ class SteerResult:
 
         from . import __version__
 
-        return {
+        record = {
             "request": self.request.to_dict(),
             "outputs": {
                 k: {"text": c.text, "token_ids": list(c.token_ids), "stop": c.stop}
@@ -54,6 +55,9 @@ class SteerResult:
             "versions": {"steer_widgets": __version__, "torch": torch.__version__},
             "threads": torch.get_num_threads(),
         }
+        if self.served_by:
+            record["served_by"] = dict(self.served_by)
+        return record
 
     def to_frame(self):
         """One row per output (DEFAULT, STEERED, sweep rows) as a pandas DataFrame."""
