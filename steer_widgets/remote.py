@@ -175,6 +175,7 @@ class RemoteEngine(Engine):
         max_context = _max_context(tokenizer, name, server_model, info["limits"])
         runtime = RemoteRuntime(client, info, max_context, len(tok.hf))
         self.client, self.limits = client, info["limits"]
+        self.hooks_available = bool(info["description"].get("hooks_available", True))
         backend = info["description"]["backend"]
         self.served_by = {
             "url": client.url,
@@ -202,6 +203,10 @@ class RemoteEngine(Engine):
         request is sent."""
         prompt, plan = super().plan(request)
         steers = any(label != "DEFAULT" for label in plan.labels)
+        if steers and not self.hooks_available:
+            raise RemoteUnsupported(
+                "features", "this server's backend generates only (no hooks): it cannot steer"
+            )
         if steers and not request.steer_special_tokens:
             raise RemoteUnsupported(
                 "steer_special_tokens",

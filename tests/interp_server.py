@@ -27,9 +27,12 @@ def free_port() -> int:
 
 
 class Server:
-    """One server process; ``url`` once ready. ``extra`` adds server flags (limits)."""
+    """One server process; ``url`` once ready. ``extra`` adds server flags (limits);
+    ``threads`` is its torch thread count."""
 
-    def __init__(self, model_dir: Path, workdir: Path, extra: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self, model_dir: Path, workdir: Path, extra: tuple[str, ...] = (), threads: int = 1
+    ) -> None:
         config = json.loads((model_dir / "config.json").read_text())
         # A GGUF-built config keeps quantization_config, which transformers then refuses.
         assert "quantization_config" not in config, f"{model_dir} is not a clean copy"
@@ -37,7 +40,7 @@ class Server:
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = workdir / f"server-{self.port}.log"
         env = {**os.environ, "INTERP_ENGINE_SERVER_TOKEN": TOKEN, "HF_HUB_OFFLINE": "1"}
-        env["OMP_NUM_THREADS"] = "1"
+        env["OMP_NUM_THREADS"] = str(threads)
         cmd = [sys.executable, "-m", "interp_engine.server", "--model", str(model_dir)]
         cmd += ["--backend", "eager", "--device", "cpu", "--dtype", "float32"]
         cmd += ["--host", "127.0.0.1", "--port", str(self.port), "--log-level", "warning"]
