@@ -249,21 +249,24 @@ class RemoteEngine(Engine):
             for label, ids in streams.tokens():
                 outputs[label] = self._completion(ids, "")
                 yield Frame(_ordered(outputs, plan.labels), streams.step)
-        except RemoteError as err:
-            err.outputs = _ordered(outputs, plan.labels)
-            for label in bodies:
-                err.outputs[label] = self._completion(streams.ids[label], "error")
+        except RemoteError as err:  # keep every token already received
+            err.outputs = _ordered({**outputs, **self._finals(streams, "error")}, plan.labels)
             raise
         finally:
             streams.close()
             self._active.discard(cancel)
-        for label, ids in streams.ids.items():
-            stop = "eos" if ids and ids[-1] in self.stop_ids else "length"
-            stop = stop if label in streams.finished else "cancelled"
-            outputs[label] = self._completion(ids, stop)
+        outputs.update(self._finals(streams, "cancelled"))
         if "DEFAULT" in bodies and "DEFAULT" in streams.finished:
             self._remember_default(key, outputs["DEFAULT"])
         yield Frame(_ordered(outputs, plan.labels), streams.step, done=True)
+
+    def _finals(self, streams: _Streams, unfinished: str) -> dict[str, Completion]:
+        """Each streamed output with its stop: eos/length if its stream finished."""
+        out = {}
+        for label, ids in streams.ids.items():
+            stop = "eos" if ids and ids[-1] in self.stop_ids else "length"
+            out[label] = self._completion(ids, stop if label in streams.finished else unfinished)
+        return out
 
     def _bodies(self, request, prompt, labels, skip_default: bool) -> dict[str, dict]:
         """One ``/v1/generate`` body per output still to generate."""
