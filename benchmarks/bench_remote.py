@@ -2,7 +2,7 @@
 
 A server (eager backend, CPU, float32, the same torch thread count as this process) serves the
 default model on 127.0.0.1. In one run: first-token latency and greedy tokens/s of one
-64-token completion, remote and local (``remote_vs_local`` = remote / local tokens/s); the
+48-token completion, remote and local (``remote_vs_local`` = remote / local tokens/s); the
 same completion through interp-engine in this process (no HTTP), so ``http_ms_per_token`` is
 remote minus in-process time per token; and the fraction of rows (DEFAULT, STEERED, the
 three steer methods, four prompts) whose greedy tokens equal the local engine's, plus the
@@ -20,7 +20,7 @@ from common import CHAT
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-N_TOKENS = 64
+N_TOKENS = 48
 PROMPTS = ["I think that", CHAT, "The capital of France is", "Once upon a time"]
 
 
@@ -63,7 +63,7 @@ def _rows(remote, local, source: str, **sampling) -> list[bool]:
                 features=[sw.Feature(source, 123, strength)],
                 types=("DEFAULT", "STEERED") if i == 0 else ("STEERED",),
                 steer_method=method,
-                n_completion_tokens=32,
+                n_completion_tokens=24,
                 **sampling,
             )
             remote.clear_caches()
