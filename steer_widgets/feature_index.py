@@ -24,6 +24,8 @@ class FeatureInfo:
     max_act: float | None = None
     frac_active: float | None = None
     contexts: tuple[dict, ...] = field(default_factory=tuple)
+    label: str = ""
+    bottom_tokens: tuple[str, ...] = ()
 
     @property
     def example(self) -> str:
@@ -41,7 +43,9 @@ class FeatureIndex:
         self.source = source
         self.infos = infos
         self._haystack = [
-            " ".join(i.top_tokens).lower()
+            i.label.lower()
+            + " "
+            + " ".join(i.top_tokens).lower()
             + " "
             + " ".join("".join(c["tokens"]).lower() for c in i.contexts)
             for i in infos
@@ -52,6 +56,11 @@ class FeatureIndex:
 
     def __getitem__(self, index: int) -> FeatureInfo:
         return self.infos[index]
+
+    def label(self, index: int) -> str:
+        """A short readable name: the shipped label, else the top output tokens."""
+        info = self.infos[index]
+        return info.label or feature_label(info.contexts, info.top_tokens) or f"#{index}"
 
     @classmethod
     def load(cls, source: str, folder: Path, top_tokens_fn) -> FeatureIndex:
@@ -66,11 +75,19 @@ class FeatureIndex:
                     f.get("max_act"),
                     f.get("frac_active"),
                     tuple(f.get("contexts", ())),
+                    f.get("label", ""),
+                    tuple(f.get("bottom_tokens", ())),
                 )
                 for f in data["features"]
             ]
             return cls(source, infos)
-        return cls(source, [FeatureInfo(i, tuple(t)) for i, t in enumerate(top_tokens_fn())])
+        return cls(
+            source,
+            [
+                FeatureInfo(i, tuple(top), bottom_tokens=tuple(bottom))
+                for i, (top, bottom) in enumerate(top_tokens_fn())
+            ],
+        )
 
     def search(self, query: str, limit: int = 20) -> list[FeatureInfo]:
         """Features whose top tokens or contexts mention ``query`` (case-insensitive);
@@ -90,10 +107,85 @@ class FeatureIndex:
         return (sorted(token_hits, key=by_act) + sorted(context_hits, key=by_act))[:limit]
 
 
-def top_output_tokens(w_dec: torch.Tensor, unembed: torch.Tensor, tokenizer, k: int = 10):
-    """Each feature's ``k`` top positive output tokens: ``W_dec @ W_U``, in chunks."""
-    out = []
-    for chunk in w_dec.split(512):
-        top = (chunk @ unembed).topk(k, dim=-1).indices
-        out += [[tokenizer.decode([int(t)]) for t in row] for row in top]
-    return out
+def logit_lens(
+    w_dec: torch.Tensor,
+    unembed: torch.Tensor,
+    norm_weight: torch.Tensor | None,
+    k: int = 10,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token ids [d_sae, k] each decoder row promotes most and least, read through the final
+    norm's weight (an RMSNorm's scale does not change the ranking; its weight does: without
+    it the top tokens of most features are sub-word noise)."""
+    scale = 1.0 if norm_weight is None else norm_weight.float().to(w_dec.device)
+    top, bottom = [], []
+    for chunk in w_dec.float().split(512):
+        logits = (chunk * scale) @ unembed.float()
+        top.append(logits.topk(k, dim=-1).indices)
+        bottom.append((-logits).topk(k, dim=-1).indices)
+    return torch.cat(top), torch.cat(bottom)
+
+
+def top_output_tokens(
+    w_dec: torch.Tensor, unembed: torch.Tensor, tokenizer, norm_weight=None, k: int = 10
+) -> list[tuple[list[str], list[str]]]:
+    """Each feature's ``k`` top and bottom output tokens as strings. Rows narrower than the
+    residual stream (a per-head SAE's) have none."""
+    if w_dec.shape[1] != unembed.shape[0]:
+        return [([], []) for _ in range(w_dec.shape[0])]
+    top, bottom = logit_lens(w_dec, unembed, norm_weight, k)
+    cache: dict[int, str] = {}
+
+    def text(i: int) -> str:
+        if i not in cache:
+            cache[i] = tokenizer.decode([i])
+        return cache[i]
+
+    return [
+        ([text(int(t)) for t in t_row], [text(int(b)) for b in b_row])
+        for t_row, b_row in zip(top, bottom, strict=True)
+    ]
+
+
+STOPWORDS = frozenset(
+    "the a an and or but of to in on at for with by from as is are was were be been it its "
+    "this that these those he she they we you i his her their our your my me him them not no "
+    "so if then than there here what which who whom when where why how all any some can "
+    "will would could should may might must do does did have has had also just very more "
+    "most such into about over after before up down out off only own same too".split()
+)
+
+
+def _word(text: str) -> str | None:
+    w = text.strip().lower()
+    return w if len(w) >= 3 and w.isalpha() and w not in STOPWORDS else None
+
+
+def _whole_word(tokens, pos: int) -> str:
+    """The word around ``tokens[pos]``: sub-word pieces joined until a space or punctuation."""
+    start = pos
+    while start > 0 and tokens[start][:1].isalpha() and tokens[start - 1][-1:].isalpha():
+        start -= 1
+    end = pos + 1
+    while end < len(tokens) and tokens[end][:1].isalpha() and tokens[end - 1][-1:].isalpha():
+        end += 1
+    return "".join(tokens[start:end])
+
+
+def feature_label(contexts, top_tokens, n: int = 2) -> str:
+    """A short readable name: the words the feature fires on (its top contexts' max tokens,
+    as whole words) and the whole words it writes (logit-lens top tokens that start a word),
+    e.g. ``music, song → melody, songs``."""
+    reads: list[str] = []
+    for c in contexts:
+        w = _word(_whole_word(c["tokens"], c["max_pos"]))
+        if w and w not in reads:
+            reads.append(w)
+    writes: list[str] = []
+    for t in top_tokens:
+        w = _word(t) if t[:1] == " " else None  # a piece without a leading space is a fragment
+        if w and w not in writes and w not in reads[:n]:
+            writes.append(w)
+    left, right = ", ".join(reads[:n]), ", ".join(writes[:n])
+    if left and right:
+        return f"{left} → {right}"
+    return left or (f"→ {right}" if right else "")

@@ -9,7 +9,6 @@ unless the caller names a model that is not on disk.
 from __future__ import annotations
 
 import importlib.util
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +16,7 @@ from pathlib import Path
 import torch
 
 from .llama import Llama, LlamaConfig
+from .paths import cache_dir
 from .tokens import Tokenizer
 
 DEFAULT_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
@@ -32,12 +32,6 @@ class LoadedModel:
     runtime: Llama
     tokenizer: Tokenizer
     source_dir: Path | None = None  # folder with config + safetensors (for baselines)
-
-
-def cache_dir() -> Path:
-    """Where converted weights live: $STEER_WIDGETS_CACHE or ~/.cache/steer_widgets."""
-    root = os.environ.get("STEER_WIDGETS_CACHE") or Path.home() / ".cache" / "steer_widgets"
-    return Path(root)
 
 
 def gguf_path() -> Path:
@@ -113,7 +107,11 @@ def _load_transformer_lens(name: str, device, dtype: torch.dtype) -> LoadedModel
     try:
         from transformer_lens import HookedTransformer
 
-        model = HookedTransformer.from_pretrained(name, device=_one_device(device), dtype=dtype)
+        # Unprocessed weights: the hook values SAE Lens trains on; each SAE's own settings
+        # (e.g. center_writing_weights) are applied at its hook, see hook_view.py.
+        model = HookedTransformer.from_pretrained_no_processing(
+            name, device=_one_device(device), dtype=dtype
+        )
     except Exception as err:  # offline, unknown name, gated model
         raise OSError(
             f"model {name!r} is neither the offline default ({DEFAULT_MODEL}) nor a local "
@@ -121,7 +119,8 @@ def _load_transformer_lens(name: str, device, dtype: torch.dtype) -> LoadedModel
             "Connect to the network, or pass a Llama-family folder with config.json and "
             "*.safetensors."
         ) from err
-    return LoadedModel(name, TransformerLensRuntime(model), Tokenizer(model.tokenizer), None)
+    tokenizer = Tokenizer(model.tokenizer, prepend_bos=bool(model.cfg.default_prepend_bos))
+    return LoadedModel(name, TransformerLensRuntime(model), tokenizer, None)
 
 
 def default_model_dir() -> Path:

@@ -34,13 +34,14 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from .engine import Engine, _ordered
+from . import checks
+from .engine import Engine, _as_request, _ordered
 from .errors import RemoteError, RemoteUnsupported, RequestError
 from .model import DEFAULT_MODEL, LoadedModel, default_model_dir
 from .remote_client import TOKEN_ENV, RemoteClient, decode_tensor, encode_tensor
 from .results import Completion, Frame, SteerResult
 from .sae_store import DEFAULT_BUDGET
-from .steering import Direction, Plan, SteerRequest, sweep_label
+from .steering import Direction, Plan, SteerRequest, resolve_directions
 from .tokens import EncodedPrompt, Tokenizer
 
 # TransformerLens hook kind -> the server's canonical point name (same tensor, checked in tests).
@@ -97,6 +98,7 @@ class RemoteRuntime:
         self.client = client
         self.cfg = RemoteConfig(d["n_layers"], d["d_model"], max_context, vocab)
         served = set(d.get("capture_points", ()))
+        self.points = frozenset(served)
         widths = {p: d["d_model"] for p in HOOK_POINTS.values()}
         widths["z"] = d["n_heads"] * d["head_dim"]
         self._widths = {
@@ -123,6 +125,11 @@ class RemoteRuntime:
         if missing:
             raise RemoteError(self.client.url, f"/v1/capture did not return {missing}")
         return {h: decode_tensor(acts[p]) for h, p in names.items()}
+
+    def capture_point(self, ids: Sequence[int], point: str, rows: Sequence[int]) -> Tensor:
+        """One global point (``lm_head``, ``final_norm``) at the given positions."""
+        body = {"prompt_token_ids": list(ids), "points": [point], "rows": list(rows)}
+        return decode_tensor(self.client.post("/v1/capture", body)["activations"][point])
 
     def forward(self, tokens: Tensor, cache=None, hooks=None, stop_at_layer=None, **_) -> None:
         """Call each capture hook with its activation [1, T, width] (as a local forward
@@ -213,6 +220,16 @@ class RemoteEngine(Engine):
                 "False needs a per-position steering mask, which interp-engine's /v1/generate "
                 "does not take; the server steers every prompt position",
             )
+        if (
+            steers
+            and request.steer_method != "SIMPLE_ADDITIVE"
+            and any(d.centred for d in self._directions(request))
+        ):
+            raise RemoteUnsupported(
+                "steer_method",
+                f"{request.steer_method} on an SAE that reads its hook mean-centred needs the "
+                "centred component, which the server's steering ops do not take",
+            )
         if request.temperature > 0 and request.freq_penalty > 0:
             raise RemoteUnsupported(
                 "freq_penalty",
@@ -236,15 +253,17 @@ class RemoteEngine(Engine):
     def _stream(self, request, prompt, plan, cancel) -> Iterator[Frame]:
         key = (prompt.ids, request.sampling)
         outputs = {label: Completion("", ()) for label in plan.labels}
-        cached = self._defaults.get(key) if "DEFAULT" in plan.labels else None
+        with self._lock_state:
+            cached = self._defaults.get(key) if "DEFAULT" in plan.labels else None
         if cached is not None:
             outputs["DEFAULT"] = cached
-        bodies = self._bodies(request, prompt, plan.labels, skip_default=cached is not None)
+        bodies = self._bodies(request, prompt, plan, skip_default=cached is not None)
         if not bodies:
             yield Frame(_ordered(outputs, plan.labels), 0, done=True)
             return
         streams = _Streams(self.client, bodies, cancel)
-        self._active.add(cancel)
+        with self._lock_state:
+            self._active.add(cancel)
         try:
             for label, ids in streams.tokens():
                 outputs[label] = self._completion(ids, "")
@@ -254,7 +273,8 @@ class RemoteEngine(Engine):
             raise
         finally:
             streams.close()
-            self._active.discard(cancel)
+            with self._lock_state:
+                self._active.discard(cancel)
         outputs.update(self._finals(streams, "cancelled"))
         if "DEFAULT" in bodies and "DEFAULT" in streams.finished:
             self._remember_default(key, outputs["DEFAULT"])
@@ -268,33 +288,76 @@ class RemoteEngine(Engine):
             out[label] = self._completion(ids, stop if label in streams.finished else unfinished)
         return out
 
-    def _bodies(self, request, prompt, labels, skip_default: bool) -> dict[str, dict]:
+    def _bodies(self, request, prompt, plan: Plan, skip_default: bool) -> dict[str, dict]:
         """One ``/v1/generate`` body per output still to generate."""
-        s = request.sampling
-        base = {
-            "prompt_token_ids": list(prompt.ids),
-            "max_tokens": s.n_completion_tokens,
-            "temperature": float(s.temperature),
-            "top_k": 0,  # 0 / 1.0 / 0.0: no filtering, not the checkpoint's recommendation
-            "top_p": 1.0,
-            "presence_penalty": 0.0,
-            "seed": s.seed,
-            "stop_at_eos": True,
-            "stream": True,
-        }
-        steered = [label for label in labels if label != "DEFAULT"]
+        base = _generate_body(prompt.ids, request.sampling)
+        steered = any(out.multiplier is not None for out in plan.outputs)
         directions = self._directions(request) if steered else []
-        multipliers = {"STEERED": request.strength_multiplier}
-        multipliers.update({sweep_label(m): m for m in request.sweep})
         bodies = {}
-        for label in labels:
-            if label == "DEFAULT":
+        for out in plan.outputs:
+            if out.multiplier is None:
                 if not skip_default:
-                    bodies[label] = base
+                    bodies[out.label] = base
             else:
-                wire = steering_wire(request.steer_method, directions, multipliers[label])
-                bodies[label] = {**base, "steering": wire}
+                wire = steering_wire(request.steer_method, directions, out.multiplier)
+                bodies[out.label] = {**base, "steering": wire}
         return bodies
+
+    def _directions(self, request: SteerRequest) -> list[Direction]:
+        return resolve_directions(request, self.saes, self.model.runtime.hook_widths())
+
+    # -- the rest of the engine's API, one request per output -------------------------------
+    def samples(self, prompt, n: int, **sampling) -> list[Completion]:
+        """``n`` samples, seeds ``seed + i``, each its own request (as ``generate`` would)."""
+        checks.integer("n", n, lo=1, hi=64)
+        request = SteerRequest(prompt=prompt, types=("DEFAULT",), **sampling)
+        enc, _ = self.plan(request)  # raises before any work
+        base = _generate_body(enc.ids, request.sampling)
+        bodies = {str(i): {**base, "seed": request.seed + i} for i in range(n)}
+        streams = _Streams(self.client, bodies, threading.Event())
+        try:
+            for _ in streams.tokens():
+                pass
+        finally:
+            streams.close()
+        return list(self._finals(streams, "cancelled").values())
+
+    def steer_batch(self, requests: Mapping[str, SteerRequest]) -> dict[str, SteerResult]:
+        """Each request on its own (every output is a solo request here anyway)."""
+        if not isinstance(requests, Mapping) or not requests:
+            raise RequestError("requests", "must be a non-empty mapping of name to request")
+        reqs = {name: _as_request(r) for name, r in requests.items()}
+        for request in reqs.values():
+            self.plan(request)  # all validated before any request goes out
+        return {name: self.steer(request) for name, request in reqs.items()}
+
+    def token_logprobs(self, prompt, completion) -> Tensor:
+        """Log-probabilities of the completion's tokens, from the server's logits."""
+        if "lm_head" not in self.model.runtime.points:
+            raise RemoteUnsupported("token_logprobs", "this server does not serve lm_head")
+        text = self.text(prompt, completion)
+        n = len(text.ids) - len(self.text(prompt).ids)
+        if n == 0:
+            return torch.zeros(0)
+        rows = list(range(len(text.ids) - n - 1, len(text.ids) - 1))
+        logits = self.model.runtime.capture_point(text.ids, "lm_head", rows)
+        targets = torch.tensor(text.ids[-n:])
+        return torch.log_softmax(logits, -1).gather(1, targets[:, None])[:, 0]
+
+
+def _generate_body(ids: Sequence[int], s) -> dict:
+    """A ``/v1/generate`` body with our sampling, nothing left to the server's defaults."""
+    return {
+        "prompt_token_ids": list(ids),
+        "max_tokens": s.n_completion_tokens,
+        "temperature": float(s.temperature),
+        "top_k": 0,  # 0 / 1.0 / 0.0: no filtering, not the checkpoint's recommendation
+        "top_p": 1.0,
+        "presence_penalty": 0.0,
+        "seed": s.seed,
+        "stop_at_eos": True,
+        "stream": True,
+    }
 
 
 def steering_wire(method: str, directions: Sequence[Direction], multiplier: float) -> list[dict]:

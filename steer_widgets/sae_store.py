@@ -8,20 +8,21 @@ slider never touches the disk; only heatmaps and top-k queries need a whole SAE 
 
 from __future__ import annotations
 
-import json
+import operator
 import threading
 import time
 import warnings
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from torch import Tensor
 
 from .errors import SourceError
-from .sae import SAE, SAEConfig, check_weights_header, read_tensors
+from .hook_view import view_for
+from .sae import CONFIG_FILE, SAE, SAEConfig, check_weights_header, read_tensors
 
 DEFAULT_BUDGET = 512 * 2**20
 PACKAGED = Path(__file__).parent / "saes"
@@ -44,11 +45,19 @@ class SAEStore:
 
     ``hook_widths`` maps every hook name of the model to its width, so a source that does not
     fit the model is refused when it is added, not in the middle of a request.
+    ``centres_writes``: the model is one where TransformerLens' ``center_writing_weights``
+    acts (pre-LayerNorm), so SAEs trained with it read centred values (see ``hook_view``).
     """
 
-    def __init__(self, hook_widths: Mapping[str, int], budget_bytes: int = DEFAULT_BUDGET):
+    def __init__(
+        self,
+        hook_widths: Mapping[str, int],
+        budget_bytes: int = DEFAULT_BUDGET,
+        centres_writes: bool = False,
+    ):
         self.hook_widths = dict(hook_widths)
         self.budget_bytes = budget_bytes
+        self.centres_writes = centres_writes
         self._configs: dict[str, SAEConfig] = {}
         self._loaded: OrderedDict[str, SAE] = OrderedDict()
         self._rows: dict[tuple[str, int], Tensor] = {}
@@ -66,22 +75,32 @@ class SAEStore:
         folder = Path(location)
         if not folder.is_dir():
             folder = _fetch_release(str(location), source)
-        name = source or _default_name(folder)
-        cfg = SAEConfig.read(name, folder)
-        self._check_fits(cfg)
-        check_weights_header(cfg)
-        with self._lock:
-            self._configs[name] = cfg
-        return name
+        cfg = SAEConfig.read(source or folder.name, folder)
+        return self._register(replace(cfg, source=source or _default_name(folder, cfg.layer)))
 
     def add_packaged(self, model_name: str) -> list[str]:
         """Register the SAEs shipped inside the package for ``model_name``."""
         names = []
-        for cfg_path in sorted(PACKAGED.glob("*/cfg.json"), key=_layer_key):
-            meta = json.loads(cfg_path.read_text()).get("metadata", {})
-            if meta.get("model_name") == model_name:
-                names.append(self.add(cfg_path.parent, cfg_path.parent.name))
+        for cfg_path in sorted(PACKAGED.glob(f"*/{CONFIG_FILE}"), key=_layer_key):
+            cfg = SAEConfig.read(cfg_path.parent.name, cfg_path.parent)
+            if cfg.model_name == model_name:
+                names.append(self._register(cfg))
         return names
+
+    def _register(self, cfg: SAEConfig) -> str:
+        """Check that ``cfg`` fits the model, give it its view of its hook, and keep it."""
+        width = self.hook_widths.get(cfg.hook_name)
+        if width is None:
+            raise SourceError(cfg.source, f"the model has no hook {cfg.hook_name!r}")
+        view = view_for(
+            cfg.source, cfg.hook_name, cfg.d_in, cfg.hook_head_index, cfg.model_kwargs,
+            width, self.centres_writes,
+        )  # fmt: skip
+        cfg = replace(cfg, view=view)
+        check_weights_header(cfg)
+        with self._lock:
+            self._configs[cfg.source] = cfg
+        return cfg.source
 
     def sources(self) -> list[str]:
         with self._lock:
@@ -95,21 +114,28 @@ class SAEStore:
             raise SourceError(source, f"unknown source (known: {known})")
         return cfg
 
-    def _check_fits(self, cfg: SAEConfig) -> None:
-        width = self.hook_widths.get(cfg.hook_name)
-        if width is None:
-            raise SourceError(cfg.source, f"the model has no hook {cfg.hook_name!r}")
-        if width != cfg.d_in:
-            raise SourceError(
-                cfg.source, f"d_in is {cfg.d_in} but the model's {cfg.hook_name} is {width} wide"
-            )
+    def check_index(self, source: str, index: int) -> SAEConfig:
+        """The source's config, if ``index`` names one of its features (the one range check)."""
+        cfg = self.config(source)
+        try:
+            whole = None if isinstance(index, bool) else operator.index(index)  # numpy ints too
+        except TypeError:
+            whole = None
+        if whole is None or not 0 <= whole < cfg.d_sae:
+            raise SourceError(source, f"feature index {index!r} out of range 0..{cfg.d_sae - 1}")
+        return cfg
 
     # -- steering: decoder rows only -------------------------------------------------------
+    def direction(self, source: str, index: int) -> Tensor:
+        """Feature ``index``'s steering direction at its hook: the decoder row, placed in its
+        head's slice for an SAE with ``hook_head_index``."""
+        cfg = self.config(source)
+        return cfg.view.to_hook(self.decoder_row(source, index), self.hook_widths[cfg.hook_name])
+
     def decoder_row(self, source: str, index: int) -> Tensor:
         """``W_dec[index]`` as float32, read lazily once and then kept hot."""
-        cfg = self.config(source)
-        if not 0 <= index < cfg.d_sae:
-            raise SourceError(source, f"feature index {index} out of range 0..{cfg.d_sae - 1}")
+        cfg = self.check_index(source, index)
+        index = operator.index(index)  # one cache key for 3, np.int64(3), tensor(3)
         key = (source, index)
         with self._lock:
             row = self._rows.get(key)
@@ -206,18 +232,11 @@ class SAEStore:
             self._stats.resident_bytes = 0
 
 
-def _default_name(folder: Path) -> str:
-    try:
-        meta = json.loads((folder / "cfg.json").read_text()).get("metadata", {})
-        hook = meta.get("hook_name", "")
-        layer = hook.split(".")[1] if hook.startswith("blocks.") else None
-    except (OSError, ValueError, IndexError):
-        layer = None
-    return (
-        f"{layer}-{folder.name}"
-        if layer and not folder.name.startswith(f"{layer}-")
-        else folder.name
-    )
+def _default_name(folder: Path, layer: int | None) -> str:
+    """``{layer}-{folder name}``, unless the folder name already starts with its layer."""
+    if layer is None or folder.name.startswith(f"{layer}-"):
+        return folder.name
+    return f"{layer}-{folder.name}"
 
 
 def _layer_key(path: Path) -> tuple:
@@ -237,10 +256,10 @@ def _fetch_release(location: str, source: str | None) -> Path:
         from sae_lens import SAE as LensSAE
     except ImportError as err:  # pragma: no cover - sae-lens is a dependency
         raise SourceError(name, "SAE Lens releases need the sae-lens package") from err
-    from .model import cache_dir
+    from .paths import cache_dir
 
     folder = cache_dir() / "saes" / release / sae_id.replace("/", "__")
-    if (folder / "cfg.json").exists():
+    if (folder / CONFIG_FILE).exists():
         return folder
     try:
         sae = LensSAE.from_pretrained(release, sae_id, device="cpu")

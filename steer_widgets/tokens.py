@@ -27,10 +27,16 @@ class EncodedPrompt:
 
 
 class Tokenizer:
-    """Thin wrapper over a transformers fast tokenizer."""
+    """Thin wrapper over a transformers fast tokenizer.
 
-    def __init__(self, hf_tokenizer) -> None:
+    ``prepend_bos``: put BOS before a completion prompt when the tokenizer does not, as
+    TransformerLens does for models with ``default_prepend_bos`` (GPT-2): SAEs trained with
+    ``prepend_bos`` saw every text after a BOS, and their features depend on it.
+    """
+
+    def __init__(self, hf_tokenizer, prepend_bos: bool = False) -> None:
         self.hf = hf_tokenizer
+        self.prepend_bos = prepend_bos
         self.special_ids = frozenset(hf_tokenizer.all_special_ids)
         self.eos_id = hf_tokenizer.eos_token_id
         self.bos_id = hf_tokenizer.bos_token_id
@@ -54,6 +60,7 @@ class Tokenizer:
 
     def encode(self, prompt: Prompt, max_len: int | None = None) -> EncodedPrompt:
         """Encode a completion prompt (str) or chat messages; validate before any work."""
+        check_prompt(prompt)
         if isinstance(prompt, str):
             enc = self._encode_text(prompt)
         else:
@@ -68,10 +75,11 @@ class Tokenizer:
         if not text.strip():
             raise RequestError("prompt", "is empty")
         ids = self.hf(text, add_special_tokens=True)["input_ids"]
+        if self.prepend_bos and self.bos_id is not None and ids[:1] != [self.bos_id]:
+            ids = [self.bos_id, *ids]
         return EncodedPrompt(tuple(ids), tuple(i in self.special_ids for i in ids), chat=False)
 
     def _encode_chat(self, messages: Sequence[dict]) -> EncodedPrompt:
-        _check_messages(messages)
         if not self.has_chat_template:
             raise RequestError(
                 "prompt", "is a chat (list of messages) but this model has no chat template"
@@ -86,6 +94,17 @@ class Tokenizer:
             for i, (a, b) in zip(enc["input_ids"], enc["offset_mapping"], strict=True)
         )
         return EncodedPrompt(tuple(enc["input_ids"]), special, chat=True)
+
+
+def check_prompt(prompt) -> None:
+    """A prompt's shape, without a tokenizer: a string, or a list of {role, content} dicts."""
+    if isinstance(prompt, str):
+        return
+    if isinstance(prompt, bytes) or not isinstance(prompt, Sequence):
+        raise RequestError(
+            "prompt", f"must be a string or a list of {{role, content}} dicts, got {prompt!r}"
+        )
+    _check_messages(prompt)
 
 
 def _check_messages(messages: Sequence[dict]) -> None:

@@ -1,0 +1,186 @@
+"""Does steering turn the text toward a concept, and does the text stay fluent?
+
+Modelled on AxBench's steering evaluation, with a keyword judge instead of an LLM judge.
+Concepts, word forms, prompts and the dev/report split are in
+``benchmarks/data/steer_concepts.json`` (split drawn once, before any tuning; only the
+report half's figures count). For every (concept, prompt), greedy, 32 new tokens:
+
+* concept: one of the concept's word forms (or it with a plain inflection: -s, -es, -ing,
+  -ed, -er, -ers) appears in STEERED and none in DEFAULT;
+* fluency delta: mean NLL of STEERED's tokens under the unsteered model, minus DEFAULT's.
+
+Methods: (a) ``search``: the top hit of the feature index's text search (what the picker
+searched before concept search) at the picker's old default strength (the feature's max
+activation, else 40); (b) ``feature``: the top feature of ``engine.search_features`` at its
+recommended strength; (c) ``vector``: ``engine.concept_vector`` at its recommended
+strength; (d) ``prompt``: the unsteered model asked to talk about the concept (chat: a
+sentence appended to the user's message; completion: a lead-in sentence), scored against
+the DEFAULT of the original prompt. (a) and (b) are reported per SAE as well; the headline
+(b) takes the best-scoring match over all SAEs. All steered rows of one prompt decode in one
+batch (each row is exactly its solo run).
+
+    python benchmarks/run.py --only steer_efficacy --json out.json
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+DATA = Path(__file__).parent / "data" / "steer_concepts.json"
+N_TOKENS = 32
+OLD_PICKER_STRENGTH = 40.0
+
+
+SUFFIXES = "(?:s|es|ing|ed|er|ers)?"  # "creatures" counts for "creature", "cooked" for "cook"
+
+
+def mentions(text: str, forms: list[str]) -> bool:
+    """A word form (or it with a plain inflection) as a whole word, case-insensitive."""
+    return any(re.search(rf"\b{re.escape(f)}{SUFFIXES}\b", text, re.IGNORECASE) for f in forms)
+
+
+def prompted(prompt, concept: str):
+    """(d): the same prompt, asking the model to talk about the concept."""
+    if isinstance(prompt, str):
+        return f"This text is about {concept}. {prompt}"
+    *rest, last = prompt
+    content = f"{last['content']} Please talk about {concept}."
+    return [*rest, {"role": last["role"], "content": content}]
+
+
+def mean_nll(engine, prompt, ids) -> float:
+    lp = engine.token_logprobs(prompt, ids)
+    return float(-lp.mean()) if len(lp) else 0.0
+
+
+def steered_rows(engine, prompt, configs: dict) -> dict:
+    """Greedy completions of ``prompt`` under each steering config, in one batched decode."""
+    import steer_widgets as sw
+
+    requests = {
+        name: sw.SteerRequest(
+            prompt, types=("STEERED",), temperature=0.0, n_completion_tokens=N_TOKENS, **cfg
+        )
+        for name, cfg in configs.items()
+    }
+    return engine.steer_batch(requests)
+
+
+def evaluate(engine, concepts: dict, names: list[str], prompts: list, sources: list) -> dict:
+    """Per (concept, prompt) scores of every method; returns the raw rows."""
+    import steer_widgets as sw
+
+    rows = []
+    for name in names:
+        forms = concepts[name]
+        vec = engine.concept_vector(name)
+        matches = {s: engine.search_features(name, sources=[s], n=1)[0] for s in sources}
+        best = max(matches.values(), key=lambda m: m.score)
+        hits = {}
+        for s in sources:
+            found = engine.feature_index(s).search(name, limit=1)
+            if found:
+                hits[s] = found[0]
+        configs = {"vector": {"vectors": [vec]}}
+        for s, m in matches.items():
+            configs[f"feature:{s}"] = {"features": [sw.Feature(s, m.index, m.strength)]}
+        for s, info in hits.items():
+            strength = info.max_act or OLD_PICKER_STRENGTH
+            configs[f"search:{s}"] = {"features": [sw.Feature(s, info.index, strength)]}
+        for p in prompts:
+            default = engine.generate(p["prompt"], temperature=0.0, n_completion_tokens=N_TOKENS)
+            d_nll = mean_nll(engine, p["prompt"], default.token_ids)
+            outs = steered_rows(engine, p["prompt"], configs)
+            outs["prompt"] = engine.generate(
+                prompted(p["prompt"], name), temperature=0.0, n_completion_tokens=N_TOKENS
+            )
+            base_hit = mentions(default.text, forms)
+            for method, out in outs.items():
+                rows.append(
+                    {
+                        "concept": name,
+                        "prompt": p["kind"],
+                        "method": method,
+                        "success": (not base_hit) and mentions(out.text, forms),
+                        "fluency_delta": mean_nll(engine, p["prompt"], out.token_ids) - d_nll,
+                        "text": out.text,
+                    }
+                )
+            best_row = next(r for r in rows[::-1] if r["method"] == f"feature:{best.source}")
+            rows.append({**best_row, "method": "feature"})
+        for s in sources:  # a source with no text-search hit scores a miss
+            if s not in hits:
+                for p in prompts:
+                    rows.append(
+                        {
+                            "concept": name,
+                            "prompt": p["kind"],
+                            "method": f"search:{s}",
+                            "success": False,
+                            "fluency_delta": 0.0,
+                            "text": "",
+                        }
+                    )
+    return {"rows": rows}
+
+
+def summarise(rows: list[dict]) -> dict:
+    """Success rate and mean fluency delta per method; ``search`` pools all SAEs."""
+    out: dict[str, dict] = {}
+    methods = sorted({r["method"] for r in rows})
+    pooled = {"search": [r for r in rows if r["method"].startswith("search:")]}
+    for m in methods:
+        pooled[m] = [r for r in rows if r["method"] == m]
+    for m, rs in pooled.items():
+        if rs:
+            out[m] = {
+                "success": sum(r["success"] for r in rs) / len(rs),
+                "fluency_delta": sum(r["fluency_delta"] for r in rs) / len(rs),
+                "n": len(rs),
+            }
+    return out
+
+
+def run(splits=("dev", "report"), save_rows: Path | None = None) -> dict:
+    import steer_widgets as sw
+
+    data = json.loads(DATA.read_text())
+    engine = sw.Engine.default()
+    sources = list(engine.saes.sources())
+    figures: dict = {}
+    all_rows = {}
+    for split in splits:
+        rows = evaluate(engine, data["concepts"], data["split"][split], data["prompts"], sources)
+        all_rows[split] = rows["rows"]
+        summary = summarise(rows["rows"])
+        prefix = "" if split == "report" else "dev."
+        for key, method in (
+            ("search", "search"),
+            ("feature", "feature"),
+            ("vector", "vector"),
+            ("prompt", "prompt"),
+        ):
+            if method in summary:
+                figures[f"{prefix}{key}_success"] = round(summary[method]["success"], 3)
+                figures[f"{prefix}{key}_fluency_delta"] = round(summary[method]["fluency_delta"], 3)
+        for m, s in summary.items():
+            if ":" in m:
+                figures[f"{prefix}per_sae.{m}.success"] = round(s["success"], 3)
+                figures[f"{prefix}per_sae.{m}.fluency_delta"] = round(s["fluency_delta"], 3)
+        figures[f"{prefix}n_concepts"] = len(data["split"][split])
+    figures["n_prompts"] = len(data["prompts"])
+    if save_rows is not None:
+        save_rows.write_text(json.dumps(all_rows, indent=1))
+    return figures
+
+
+if __name__ == "__main__":
+    import argparse
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--split", nargs="+", default=["dev", "report"])
+    ap.add_argument("--rows", type=Path, default=None)
+    a = ap.parse_args()
+    print(json.dumps(run(tuple(a.split), a.rows), indent=1))

@@ -1,0 +1,294 @@
+"""Concepts: difference-in-means steering vectors, and SAE features ranked for steering.
+
+Why this exists: a feature found by matching its top tokens or contexts to a word is a
+feature that *reads* the word, and adding a reading feature rarely makes the model *write*
+about it. What steers is a direction along which text about the concept differs from
+neutral text. So a concept is measured, not looked up:
+
+1. examples: text about the concept (the model writes its own, several samples decoded in one
+   batch, or the caller passes texts or chats) and a shipped neutral set in the same format;
+2. the concept direction at a hook: mean residual over the examples' content tokens minus
+   the neutral mean (difference in means; each example weighs the same);
+3. features ranked by the cosine of their decoder row with that direction (what adding the
+   row does), and a strength recommended in units of the hook's typical residual norm.
+
+Strengths are residual-stream lengths: a strength of ``s`` adds a vector of norm ``s``
+(decoder rows and concept vectors are unit length), and ``typical_norm(hook)`` is the median
+norm of the residual over the neutral set's content tokens, so ``s / typical_norm`` says how
+hard a push is whatever the model or layer.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from .errors import RequestError
+
+NEUTRAL_FILE = Path(__file__).parent / "data" / "neutral.json"
+EXAMPLE_TEMPLATES = (
+    "Write a few sentences about {c}.",
+    "Tell me something interesting about {c}.",
+    "Describe {c} in a short paragraph.",
+)
+SAMPLES_PER_TEMPLATE = 3
+EXAMPLE_TOKENS = 40
+EXAMPLE_TEMPERATURE = 0.8
+# Measured on the dev half of benchmarks/data/steer_concepts.json (see README, steer_efficacy):
+# the layer where concept vectors steer best, as a fraction of depth, and the strengths (in
+# typical residual norms) that change the text while it stays fluent.
+CONCEPT_DEPTH = 0.4
+VECTOR_STRENGTH = 1.0
+FEATURE_STRENGTH = 1.0
+
+Prompt = str | Sequence[dict]
+
+
+@dataclass(frozen=True)
+class FeatureMatch:
+    """An SAE feature suggested for a concept: ``score`` ranks it, ``strength`` is where to
+    start the slider (residual units)."""
+
+    source: str
+    index: int
+    score: float
+    label: str
+    strength: float
+
+
+class FeatureMatches(list):
+    """A ranked list of ``FeatureMatch`` with a pandas view."""
+
+    def to_frame(self):
+        import pandas as pd
+
+        cols = ["source", "index", "score", "label", "strength"]
+        return pd.DataFrame([[getattr(m, c) for c in cols] for m in self], columns=cols)
+
+
+@lru_cache(maxsize=1)
+def neutral_examples() -> tuple[Prompt, ...]:
+    """The shipped neutral set: the default model's answers to topic-free requests."""
+    data = json.loads(NEUTRAL_FILE.read_text())
+    return tuple(data["chats"])
+
+
+def example_prompts(concept: str, chat: bool) -> list[Prompt]:
+    """The requests the model answers to write its own examples of ``concept``."""
+    if chat:
+        return [[{"role": "user", "content": t.format(c=concept)}] for t in EXAMPLE_TEMPLATES]
+    return [f"Here is a short text about {concept}:\n" for _ in EXAMPLE_TEMPLATES[:1]]
+
+
+def check_examples(examples, field: str) -> list[Prompt]:
+    """A non-empty list of texts or chats, or a clear error naming ``field``."""
+    if isinstance(examples, str) or not isinstance(examples, Sequence) or not examples:
+        raise RequestError(field, "must be a concept name or a non-empty list of texts or chats")
+    for i, e in enumerate(examples):
+        ok = isinstance(e, str) or (isinstance(e, Sequence) and all(isinstance(m, dict) for m in e))
+        if not ok:
+            raise RequestError(f"{field}[{i}]", "must be a text or a list of {role, content}")
+    return list(examples)
+
+
+def content_mean(resid: Tensor, special: Sequence[bool]) -> Tensor:
+    """Mean residual over an example's content tokens (position 0, the attention sink whose
+    norm is an outlier, and special tokens left out)."""
+    keep = ~torch.tensor(special, dtype=torch.bool)
+    keep[0] = False
+    if not keep.any():
+        keep[-1] = True
+    return resid[keep].mean(0)
+
+
+def content_rows(resid: Tensor, special: Sequence[bool]) -> Tensor:
+    keep = ~torch.tensor(special, dtype=torch.bool)
+    keep[0] = False
+    return resid[keep] if keep.any() else resid[-1:]
+
+
+def direction(pos_means: Tensor, neg_means: Tensor) -> Tensor:
+    """Difference in means [d] of per-example means [n, d]."""
+    return pos_means.mean(0) - neg_means.mean(0)
+
+
+def rank_by_direction(w_dec: Tensor, d: Tensor) -> Tensor:
+    """Cosine of every decoder row with direction ``d``: what adding the row moves along."""
+    rows = torch.nn.functional.normalize(w_dec.float(), dim=1)
+    return rows @ (d / d.norm().clamp_min(1e-12))
+
+
+def matching_pursuit(w_dec: Tensor, v: Tensor, n: int) -> list[tuple[int, float]]:
+    """Greedy sparse explanation of ``v`` by decoder rows: (index, share of ``|v|``) pairs.
+
+    Each step takes the row most aligned with what is still unexplained and removes its
+    projection, so two features planted in a vector are both named (plain cosine ranking
+    would name one and then its near neighbours).
+    """
+    rows = torch.nn.functional.normalize(w_dec.float(), dim=1)
+    residual = v.float().clone()
+    total = float(v.norm().clamp_min(1e-12))
+    picked: list[tuple[int, float]] = []
+    for _ in range(min(n, rows.shape[0])):
+        coef = rows @ residual
+        if picked:
+            coef[[i for i, _ in picked]] = 0.0
+        i = int(coef.abs().argmax())
+        c = float(coef[i])
+        picked.append((i, c / total))
+        residual = residual - c * rows[i]
+    return picked
+
+
+class Concepts:
+    """The engine's concept tools, with their caches (examples per concept, typical norms).
+
+    Kept apart from ``Engine`` so the engine stays a thin public surface; it reads the model
+    only through the engine's public pieces (``text``, the residual cache, the SAE store).
+    """
+
+    def __init__(self, engine) -> None:
+        self.engine = engine
+        self._examples: dict[str, list[Prompt]] = {}
+        self._cache: dict[tuple[str, str], tuple[Tensor, Tensor]] = {}
+
+    # -- examples and means --------------------------------------------------------------
+    def examples(self, concept: str) -> list[Prompt]:
+        """Texts about ``concept`` written by the model itself (cached per concept)."""
+        concept = concept.strip()
+        if not concept:
+            raise RequestError("query", "is empty")
+        if concept not in self._examples:
+            eng = self.engine
+            chat = eng.tokenizer.has_chat_template
+            out: list[Prompt] = []
+            for prompt in example_prompts(concept, chat):
+                samples = eng.samples(
+                    prompt,
+                    SAMPLES_PER_TEMPLATE,
+                    temperature=EXAMPLE_TEMPERATURE,
+                    freq_penalty=0.0,
+                    seed=0,
+                    n_completion_tokens=EXAMPLE_TOKENS,
+                )
+                for s in samples:
+                    if chat:
+                        out.append([*prompt, {"role": "assistant", "content": s.text}])
+                    else:
+                        out.append(prompt + s.text)
+            self._examples[concept] = out
+        return self._examples[concept]
+
+    def means(self, examples: Sequence[Prompt], hooks: Sequence[str]) -> dict[str, Tensor]:
+        """Per hook, the per-example content means [n, d] (cached per example set)."""
+        return {h: m for h, (m, _) in self._stats(examples, hooks).items()}
+
+    def typical_norm(self, hook: str) -> float:
+        """Median residual norm at ``hook`` over the neutral set's content tokens."""
+        self._check_hook(hook, "hook")
+        return float(self._stats(neutral_examples(), [hook])[hook][1].median())
+
+    def _stats(self, examples: Sequence[Prompt], hooks: Sequence[str]) -> dict[str, tuple]:
+        """Per hook: (per-example content means [n, d], every content token's norm).
+
+        One forward per example captures every hook asked for; the results are kept, so the
+        neutral set (the baseline of every concept) runs through the model once per hook.
+        """
+        from .activations import residuals
+
+        key = json.dumps(list(examples), sort_keys=True)
+        missing = [h for h in dict.fromkeys(hooks) if (key, h) not in self._cache]
+        if missing:
+            eng = self.engine
+            means: dict[str, list[Tensor]] = {h: [] for h in missing}
+            norms: dict[str, list[Tensor]] = {h: [] for h in missing}
+            for e in examples:
+                text = eng.text(e)
+                res = residuals(eng.model.runtime, eng.residual_cache, text.ids, missing)
+                for h in missing:
+                    means[h].append(content_mean(res[h], text.special))
+                    norms[h].append(content_rows(res[h], text.special).norm(dim=-1))
+            for h in missing:
+                self._cache[(key, h)] = (torch.stack(means[h]), torch.cat(norms[h]))
+        return {h: self._cache[(key, h)] for h in hooks}
+
+    # -- the public tools ------------------------------------------------------------------
+    def default_hook(self) -> str:
+        n = self.engine.model.runtime.cfg.n_layers
+        return f"blocks.{round(CONCEPT_DEPTH * (n - 1))}.hook_resid_post"
+
+    def vector(self, positive, negative=None, hook: str | None = None):
+        """A difference-in-means ``Vector`` (unit direction, recommended strength)."""
+        from .steering import Vector
+
+        hook = self.default_hook() if hook is None else self._check_hook(hook, "hook")
+        pos = self._positive(positive, "positive")
+        neg = neutral_examples() if negative is None else check_examples(negative, "negative")
+        d = direction(self.means(pos, [hook])[hook], self.means(neg, [hook])[hook])
+        if not torch.isfinite(d).all() or float(d.norm()) == 0.0:
+            raise RequestError("positive", "does not differ from the negative examples")
+        strength = VECTOR_STRENGTH * self.typical_norm(hook)
+        return Vector(d / d.norm(), hook, round(strength, 2))
+
+    def search(self, query: str, sources=None, n: int = 10, examples=None) -> FeatureMatches:
+        """SAE features ranked by how well adding them pushes toward ``query``."""
+        if not isinstance(query, str) or not query.strip():
+            raise RequestError("query", "must be a non-empty string")
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise RequestError("n", f"must be a positive integer, got {n!r}")
+        saes = self.engine.saes
+        sources = list(saes.sources()) if sources is None else list(sources)
+        if not sources:
+            raise RequestError("sources", "no SAE is registered")
+        hooks = {s: saes.config(s).hook_name for s in sources}  # SourceError names a bad one
+        pos = self._positive(query if examples is None else examples, "examples")
+        pm = self.means(pos, sorted(set(hooks.values())))
+        nm = self.means(neutral_examples(), sorted(set(hooks.values())))
+        found = []
+        for source, hook in hooks.items():
+            d = direction(pm[hook], nm[hook])
+            with saes.using(source) as (sae,):
+                cos = rank_by_direction(sae.W_dec, d)
+            top = cos.topk(min(n, cos.numel()))
+            strength = round(FEATURE_STRENGTH * self.typical_norm(hook), 2)
+            labels = self.engine.feature_index(source)
+            for score, i in zip(top.values.tolist(), top.indices.tolist(), strict=True):
+                found.append(FeatureMatch(source, i, score, labels.label(i), strength))
+        found.sort(key=lambda m: -m.score)
+        return FeatureMatches(found[:n])
+
+    def decompose(self, vector, source: str, n: int = 10) -> FeatureMatches:
+        """The features of ``source`` that best explain ``vector`` (matching pursuit)."""
+        from .steering import Vector
+
+        v = vector.vector if isinstance(vector, Vector) else vector
+        v = torch.as_tensor(v, dtype=torch.float32).flatten()
+        cfg = self.engine.saes.config(source)
+        if v.numel() != cfg.d_in or not torch.isfinite(v).all() or float(v.norm()) == 0:
+            raise RequestError("vector", f"must be a finite, non-zero vector of width {cfg.d_in}")
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise RequestError("n", f"must be a positive integer, got {n!r}")
+        with self.engine.saes.using(source) as (sae,):
+            picked = matching_pursuit(sae.W_dec, v, n)
+        labels = self.engine.feature_index(source)
+        strength = round(FEATURE_STRENGTH * self.typical_norm(cfg.hook_name), 2)
+        return FeatureMatches(
+            FeatureMatch(source, i, share, labels.label(i), strength) for i, share in picked
+        )
+
+    # -- helpers -----------------------------------------------------------------------------
+    def _positive(self, positive, field: str) -> list[Prompt]:
+        if isinstance(positive, str):
+            return self.examples(positive)
+        return check_examples(positive, field)
+
+    def _check_hook(self, hook: str, field: str) -> str:
+        if hook not in self.engine.model.runtime.hook_widths():
+            raise RequestError(field, f"the model has no hook {hook!r}")
+        return hook

@@ -1,0 +1,152 @@
+"""Concept vectors, concept search, decomposition, batched samples and token log-probs."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+import steer_widgets as sw
+from steer_widgets import concepts
+
+POS = [
+    "The orchestra played a symphony; violins and cellos filled the concert hall with music.",
+    "She practised piano scales every morning before her music lesson.",
+    "The band tuned their guitars and the drummer counted in the first song.",
+]
+NEG = [
+    "He put the keys on the table and closed the door behind him.",
+    "The meeting was moved to Thursday afternoon at three o'clock.",
+    "They walked to the corner shop and bought a loaf of bread.",
+]
+HOOK = "blocks.8.hook_resid_post"
+
+
+# -- on the real model ------------------------------------------------------------------------
+def _manual_means(engine, texts):
+    """Per-text content means at HOOK, captured by our own hook on the runtime."""
+    out = []
+    for t in texts:
+        text = engine.text(t)
+        got = {}
+
+        def grab(x, start, got=got):
+            got["x"] = x[0].clone()
+
+        ids = torch.tensor([list(text.ids)])
+        engine.model.runtime.forward(ids, hooks={HOOK: grab}, stop_at_layer=9)
+        keep = [i for i, s in enumerate(text.special) if not s and i > 0]
+        out.append(got["x"][keep].mean(0))
+    return torch.stack(out)
+
+
+def test_concept_vector_is_the_difference_in_means(engine):
+    vec = engine.concept_vector(POS, negative=NEG, hook=HOOK)
+    assert isinstance(vec, sw.Vector) and vec.hook == HOOK
+    expected = _manual_means(engine, POS).mean(0) - _manual_means(engine, NEG).mean(0)
+    assert torch.allclose(vec.vector, expected / expected.norm(), atol=1e-5)
+    assert vec.strength == pytest.approx(
+        concepts.VECTOR_STRENGTH * engine.typical_norm(HOOK), abs=0.01
+    )
+    assert engine.typical_norm(HOOK) > 0
+
+
+def test_concept_vector_default_hook_and_bad_input(engine):
+    vec = engine.concept_vector(POS)  # neutral set as negatives, measured default layer
+    assert vec.hook == engine.concepts.default_hook()
+    with pytest.raises(sw.RequestError) as err:
+        engine.concept_vector(POS, hook="blocks.99.hook_resid_post")
+    assert err.value.field == "hook"
+    with pytest.raises(sw.RequestError) as err:
+        engine.concept_vector([])
+    assert err.value.field == "positive"
+    with pytest.raises(sw.RequestError) as err:
+        engine.concept_vector(POS, negative=[3])
+    assert err.value.field == "negative[0]"
+
+
+def test_decompose_finds_the_rows_a_vector_was_built_from(engine, sources):
+    source = sources[1]
+    rows = [engine.saes.decoder_row(source, i) for i in (123, 2048)]
+    found = engine.decompose(3.0 * rows[0] + 1.0 * rows[1], source, n=5)
+    assert [m.index for m in found[:2]] == [123, 2048]
+    assert all(m.source == source and m.label for m in found)
+    with pytest.raises(sw.RequestError):
+        engine.decompose(torch.zeros(rows[0].numel()), source)
+
+
+def test_search_features_ranks_a_planted_feature_first(engine, sources, tmp_path):
+    """Plant the concept's direction as one decoder row of a copy of a shipped SAE."""
+    source = sources[1]
+    cfg = engine.saes.config(source)
+    folder = tmp_path / "planted"
+    shutil.copytree(cfg.folder, folder)
+    weights = load_file(folder / "sae_weights.safetensors")
+    vec = engine.concept_vector(POS, hook=cfg.hook_name)
+    weights["W_dec"][777] = vec.vector.to(weights["W_dec"].dtype)
+    save_file(weights, folder / "sae_weights.safetensors")
+    (folder / "feature_index.json.gz").unlink(missing_ok=True)
+    planted = sw.Engine(engine.model, saes={"planted": folder})  # same model, one SAE
+    found = planted.search_features("music", n=3, examples=POS)
+    assert found[0].index == 777 and found[0].score > 0.99
+    assert found[0].strength > 0 and found[0].source == "planted"
+    assert found.to_frame().iloc[0]["index"] == 777
+    assert found[1].score < 0.9  # the real features are not the planted direction
+
+
+def test_search_features_bad_input(engine):
+    for kwargs, field in (
+        ({"query": ""}, "query"),
+        ({"query": "music", "n": 0}, "n"),
+        ({"query": "music", "examples": []}, "examples"),
+    ):
+        with pytest.raises(sw.RequestError) as err:
+            engine.search_features(**kwargs)
+        assert err.value.field == field
+    with pytest.raises(sw.SourceError):
+        engine.search_features("music", sources=["no-such-sae"], examples=POS)
+
+
+def test_samples_equal_solo_generations(engine):
+    prompt = [{"role": "user", "content": "Name a colour."}]
+    got = engine.samples(prompt, 3, temperature=0.9, seed=5, n_completion_tokens=8)
+    for i, s in enumerate(got):
+        solo = engine.generate(prompt, temperature=0.9, seed=5 + i, n_completion_tokens=8)
+        assert s.token_ids == solo.token_ids
+    assert len({s.token_ids for s in got}) > 1  # different seeds, different samples
+    with pytest.raises(sw.RequestError):
+        engine.samples(prompt, 0)
+
+
+def test_steer_batch_rows_equal_solo_runs(engine, sources):
+    base = sw.SteerRequest(
+        "I think that", types=("STEERED",), temperature=0.5, seed=3, n_completion_tokens=8
+    )
+    reqs = {
+        "a": base.with_(features=[sw.Feature(sources[1], 11, 30.0)]),
+        "b": base.with_(
+            vectors=[
+                sw.Vector(engine.saes.decoder_row(sources[0], 5), "blocks.5.hook_resid_post", 20.0)
+            ]
+        ),
+    }
+    batch = engine.steer_batch(reqs)
+    for name, req in reqs.items():
+        assert batch[name].outputs == engine.steer(req).outputs
+    with pytest.raises(sw.RequestError):
+        engine.steer_batch({"a": reqs["a"], "c": reqs["a"].with_(prompt="Other")})
+
+
+def test_token_logprobs_of_a_greedy_completion_are_each_steps_maximum(engine):
+    prompt = "The capital of France is"
+    out = engine.generate(prompt, temperature=0.0, n_completion_tokens=6)
+    lp = engine.token_logprobs(prompt, out)
+    assert lp.shape == (len(out.token_ids),) and (lp <= 0).all()
+    full = engine.text(prompt, out)
+    ids = torch.tensor([list(full.ids)])
+    logits = engine.model.runtime.forward(ids)[0].float()
+    n = len(out.token_ids)
+    best = torch.log_softmax(logits[-n - 1 : -1], -1).max(-1).values
+    assert torch.allclose(lp, best, atol=1e-5)
