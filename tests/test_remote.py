@@ -141,6 +141,20 @@ def test_activations_match_the_local_engine(remote, engine, sources):
     assert remote.feature_index(sources[1]).search("the")
 
 
+def test_samples_batches_and_logprobs_over_the_server(remote, engine):
+    sampling = {"temperature": 0.8, "freq_penalty": 0.0, "n_completion_tokens": 6}
+    samples = remote.samples("Once upon a time", 2, seed=4, **sampling)
+    remote.clear_caches()
+    alone = [remote.generate("Once upon a time", seed=4 + i, **sampling) for i in range(2)]
+    assert samples == alone and samples[0] != samples[1]
+    got = remote.token_logprobs("Once upon a time", samples[0])
+    want = engine.token_logprobs("Once upon a time", samples[0])
+    assert got.shape == want.shape == (6,) and float((got - want).abs().max()) < 1e-3
+    request = sw.SteerRequest("Hi", features=[sw.Feature("10-smollm2-res-4k", 1, 9.0)])
+    batch = remote.steer_batch({"a": request.with_(temperature=0, n_completion_tokens=3)})
+    assert batch["a"].to_dict()["served_by"]["backend"] == "eager"
+
+
 def test_every_hook_kind_maps_to_the_same_tensor(remote, engine):
     ids = engine.text("Hello there, painter.").ids
     kinds = ("hook_resid_pre", "attn.hook_z", "hook_attn_out", "hook_resid_mid")
