@@ -20,9 +20,7 @@ from interp_server import TOKEN, Server, free_port  # noqa: E402
 
 import steer_widgets as sw  # noqa: E402
 from steer_widgets.model import default_model_dir  # noqa: E402
-from steer_widgets.remote import point_of, steering_wire  # noqa: E402
-from steer_widgets.remote_client import RemoteClient, decode_tensor  # noqa: E402
-from steer_widgets.steering import Direction  # noqa: E402
+from steer_widgets.remote_client import RemoteClient  # noqa: E402
 
 CHAT = [{"role": "user", "content": "Write a long story about a dragon who learns to paint."}]
 MAX_NEW = 64  # the main server's --max-new-tokens, to test that limit
@@ -171,7 +169,6 @@ def test_every_hook_kind_maps_to_the_same_tensor(remote, engine):
     for h in hooks:
         scale = max(1.0, float(want[h].abs().max()))
         assert float((got[h] - want[h]).abs().max()) <= 1e-4 * scale, h
-    assert point_of("blocks.3.attn.hook_z") == ("z", 3)
     assert set(remote.hook_names) == set(engine.hook_names)
 
 
@@ -190,8 +187,6 @@ def test_what_the_server_cannot_serve_is_refused_before_any_request(remote):
         with pytest.raises(sw.RequestError) as info:
             remote.steer(request)
         assert info.value.field == field
-    with pytest.raises(sw.errors.RemoteUnsupported):
-        point_of("blocks.2.ln1.hook_normalized")
     assert remote.client.stats["requests"] == sent
     assert remote.steer(base.with_(n_completion_tokens=2)).outputs  # still usable
 
@@ -225,35 +220,6 @@ def test_explorer_runs_over_the_remote_engine(remote):
     ex.set(freq_penalty=0.0)
     ex.run()
     assert ex.wait(300) and ex.error == ""
-
-
-def test_steering_goes_out_by_point_and_layer_with_exact_vectors():
-    v = [torch.randn(576) for _ in range(3)]
-    directions = [
-        Direction("blocks.5.hook_resid_post", v[0], 2.0),
-        Direction("blocks.10.hook_resid_post", v[1], 3.0),
-        Direction("blocks.5.hook_resid_post", v[2], -1.0),
-    ]
-    wire = steering_wire("SIMPLE_ADDITIVE", directions, 2.0)
-    assert [w["point"] for w in wire] == ["resid_post"]
-    layers = wire[0]["layers"]
-    assert [op["scale"] for op in layers["5"]] == [4.0, -2.0] and layers["10"][0]["scale"] == 6.0
-    assert torch.equal(decode_tensor(layers["5"][1]["vector"]), v[2])  # bit for bit
-    capped = steering_wire("PROJECTION_CAP", [Direction("blocks.2.attn.hook_z", v[0], 5.0)], 1.5)
-    assert capped == [
-        {
-            "point": "z",
-            "layers": {
-                "2": [
-                    {
-                        "method": "projection_cap",
-                        "vector": capped[0]["layers"]["2"][0]["vector"],
-                        "max": 7.5,
-                    }
-                ]
-            },
-        }
-    ]
 
 
 # -- faults ------------------------------------------------------------------------------
