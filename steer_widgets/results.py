@@ -33,6 +33,7 @@ class SteerResult:
     prompt_ids: tuple[int, ...]
     model: str
     stats: dict = field(default_factory=dict)
+    served_by: dict = field(default_factory=dict)  # remote engines: server and guarantee
 
     @property
     def cancelled(self) -> bool:
@@ -42,7 +43,7 @@ class SteerResult:
         """A JSON-able record of settings and outputs; ``Engine.steer(record)`` replays it."""
         import torch
 
-        return {
+        record = {
             "request": self.request.to_dict(),
             "outputs": {
                 k: {"text": c.text, "token_ids": list(c.token_ids), "stop": c.stop}
@@ -53,6 +54,9 @@ class SteerResult:
             "versions": {"steer_widgets": __version__, "torch": torch.__version__},
             "threads": torch.get_num_threads(),
         }
+        if self.served_by:
+            record["served_by"] = dict(self.served_by)
+        return record
 
     def to_frame(self):
         """One row per output (DEFAULT, STEERED, sweep rows) as a pandas DataFrame."""

@@ -1,0 +1,326 @@
+"""Engine.remote against a real interp-engine server on 127.0.0.1 (the default model on CPU).
+
+The remote engine must give the local engine's tokens and activations, refuse what the server
+cannot serve before sending anything, and turn every fault (wrong token, nothing listening,
+422, a full queue, a killed server mid-stream) into a named error without losing what was
+already streamed.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import torch
+
+pytest.importorskip("interp_engine", reason="the remote extra: pip install -e '.[remote]'")
+
+from interp_server import TOKEN, Server, free_port  # noqa: E402
+
+import steer_widgets as sw  # noqa: E402
+from steer_widgets.model import default_model_dir  # noqa: E402
+from steer_widgets.remote_client import RemoteClient  # noqa: E402
+
+CHAT = [{"role": "user", "content": "Write a long story about a dragon who learns to paint."}]
+MAX_NEW = 64  # the main server's --max-new-tokens, to test that limit
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    s = Server(default_model_dir(), tmp_path_factory.mktemp("ie"), ("--max-new-tokens", "64"))
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def remote(server):
+    return sw.Engine.remote(server.url, TOKEN, model=sw.DEFAULT_MODEL)
+
+
+def _rows(remote, engine, request):
+    """(label, remote ids, local ids) for every output, both engines' caches cleared."""
+    remote.clear_caches()
+    engine.clear_caches()
+    got, want = remote.steer(request).outputs, engine.steer(request).outputs
+    assert list(got) == list(want)
+    return [(label, got[label].token_ids, want[label].token_ids) for label in want]
+
+
+def test_greedy_default_and_steered_equal_the_local_engine(remote, engine, sources):
+    mid = sources[1]
+    cases = [
+        sw.SteerRequest("I think that", features=[sw.Feature(mid, 123, 40.0)], sweep=(-2.0, 3.0)),
+        sw.SteerRequest(
+            CHAT,
+            features=[sw.Feature(sources[0], 7, 30.0), sw.Feature(sources[2], 99, 60.0)],
+        ),
+        sw.SteerRequest(
+            "The capital of France is",
+            features=[sw.Feature(mid, 1619, 8.0)],
+            steer_method="ORTHOGONAL_DECOMP",
+            types=("STEERED",),
+        ),
+        sw.SteerRequest(
+            CHAT,
+            features=[sw.Feature(mid, 1619, 2.0)],
+            steer_method="PROJECTION_CAP",
+            types=("STEERED",),
+        ),
+        sw.SteerRequest(  # a custom vector at another hook kind, normalized
+            "Once upon a time",
+            vectors=[sw.Vector(torch.linspace(-1, 1, 576), "blocks.4.hook_resid_pre", 30.0)],
+            normalize_steering=True,
+            types=("STEERED",),
+        ),
+    ]
+    rows = []
+    for request in cases:
+        rows += _rows(remote, engine, request.with_(temperature=0, n_completion_tokens=12))
+    equal = [label for label, got, want in rows if got == want]
+    steered_differ = any(
+        got != dict((lbl, g) for lbl, g, _ in rows).get("DEFAULT") for lbl, got, _ in rows
+    )
+    assert steered_differ
+    assert len(equal) == len(rows), f"equal rows {len(equal)}/{len(rows)}: {rows}"
+
+
+def test_each_output_is_its_own_solo_request(remote):
+    """DEFAULT and STEERED streamed concurrently equal each requested alone."""
+    request = sw.SteerRequest(
+        CHAT, features=[sw.Feature("10-smollm2-res-4k", 123, 40.0)], n_completion_tokens=10
+    )
+    request = request.with_(temperature=0.8, freq_penalty=0.0, seed=5)
+    remote.clear_caches()
+    pair = remote.steer(request).outputs
+    remote.clear_caches()
+    alone = {t: remote.steer(request.with_(types=(t,))).outputs[t] for t in request.types}
+    assert pair == alone
+    assert pair["DEFAULT"] != pair["STEERED"]
+
+
+def test_default_is_cached_and_records_say_where_they_ran(remote, engine):
+    request = sw.SteerRequest("I think that", features=[sw.Feature("10-smollm2-res-4k", 5, 30.0)])
+    request = request.with_(temperature=0, n_completion_tokens=8)
+    remote.clear_caches()
+    first = remote.steer(request)
+    sent = remote.client.stats["requests"]
+    again = remote.steer(request.with_(features=[sw.Feature("10-smollm2-res-4k", 5, 60.0)]))
+    assert remote.client.stats["requests"] == sent + 1  # only STEERED went out
+    assert again.outputs["DEFAULT"] == first.outputs["DEFAULT"]
+    record = first.to_dict()
+    assert record["served_by"]["guarantee"].startswith("exact-solo")
+    assert record["served_by"]["backend"] == "eager"
+    engine.clear_caches()
+    assert engine.steer(record).outputs == first.outputs  # a remote record replays locally
+
+
+def test_activations_match_the_local_engine(remote, engine, sources):
+    prompt = "The painter mixed blue and yellow to paint the dragon's wings."
+    completion = engine.generate(prompt, temperature=0, n_completion_tokens=6)
+    worst = {}
+    for source in sources:
+        text = engine.text(prompt, completion)
+        got = remote.feature_values(remote.text(prompt, completion), source)
+        want = engine.feature_values(text, source)
+        # the server runs transformers' kernels, we run ours: agreement relative to scale
+        worst[source] = float((got - want).abs().max())
+        assert worst[source] <= 1e-4 * max(1.0, float(want.abs().max())), worst
+        top_r = remote.top_features(prompt, source, n=5, completion=completion)
+        top_l = engine.top_features(prompt, source, n=5, completion=completion)
+        assert top_r.indices == top_l.indices
+        feature = top_l.indices[0]
+        acts_r = remote.activations(prompt, source, feature, completion)
+        acts_l = engine.activations(prompt, source, feature, completion)
+        assert acts_r.max_position == acts_l.max_position and acts_l.max_value > 0
+        assert acts_r.tokens == acts_l.tokens
+    assert worst[sources[0]] <= 1e-4  # the shallow layer is within 1e-4 absolute as well
+    assert remote.neighbours(sources[1], 3) == engine.neighbours(sources[1], 3)
+    assert remote.feature_index(sources[1]).search("the")
+
+
+def test_samples_batches_and_logprobs_over_the_server(remote, engine):
+    sampling = {"temperature": 0.8, "freq_penalty": 0.0, "n_completion_tokens": 6}
+    samples = remote.samples("Once upon a time", 2, seed=4, **sampling)
+    remote.clear_caches()
+    alone = [remote.generate("Once upon a time", seed=4 + i, **sampling) for i in range(2)]
+    assert samples == alone and samples[0] != samples[1]
+    got = remote.token_logprobs("Once upon a time", samples[0])
+    want = engine.token_logprobs("Once upon a time", samples[0])
+    assert got.shape == want.shape == (6,) and float((got - want).abs().max()) < 1e-3
+    request = sw.SteerRequest("Hi", features=[sw.Feature("10-smollm2-res-4k", 1, 9.0)])
+    batch = remote.steer_batch({"a": request.with_(temperature=0, n_completion_tokens=3)})
+    assert batch["a"].to_dict()["served_by"]["backend"] == "eager"
+
+
+def test_every_hook_kind_maps_to_the_same_tensor(remote, engine):
+    ids = engine.text("Hello there, painter.").ids
+    kinds = ("hook_resid_pre", "attn.hook_z", "hook_attn_out", "hook_resid_mid")
+    hooks = [f"blocks.3.{k}" for k in (*kinds, "hook_mlp_out", "hook_resid_post")]
+    got = remote.model.runtime.capture(ids, hooks)
+    want = {}
+    engine.model.runtime.forward(
+        torch.tensor([list(ids)]),
+        hooks={
+            h: (lambda x, s, h=h: want.__setitem__(h, x[0].reshape(x.shape[1], -1))) for h in hooks
+        },
+        stop_at_layer=4,
+    )
+    for h in hooks:
+        scale = max(1.0, float(want[h].abs().max()))
+        assert float((got[h] - want[h]).abs().max()) <= 1e-4 * scale, h
+    assert set(remote.hook_names) == set(engine.hook_names)
+
+
+def test_what_the_server_cannot_serve_is_refused_before_any_request(remote):
+    base = sw.SteerRequest("Hi", features=[sw.Feature("10-smollm2-res-4k", 1, 10.0)], temperature=0)
+    sent = remote.client.stats["requests"]
+    refused = {
+        "steer_special_tokens": base.with_(steer_special_tokens=False),
+        "freq_penalty": base.with_(temperature=0.5, freq_penalty=1.0),
+        "n_completion_tokens": base.with_(n_completion_tokens=MAX_NEW + 1),
+        "vectors[0].hook": base.with_(
+            vectors=[sw.Vector(torch.ones(576), "blocks.2.ln1.hook_normalized")]
+        ),
+    }
+    for field, request in refused.items():
+        with pytest.raises(sw.RequestError) as info:
+            remote.steer(request)
+        assert info.value.field == field
+    assert remote.client.stats["requests"] == sent
+    assert remote.steer(base.with_(n_completion_tokens=2)).outputs  # still usable
+
+
+def test_explorer_runs_over_the_remote_engine(remote):
+    ex = sw.Explorer(
+        remote,
+        live=False,
+        temperature=0,
+        freq_penalty=0,
+        n_completion_tokens=8,
+        features=[("10-smollm2-res-4k", 123, 40.0)],
+    )
+    remote.clear_caches()
+    ex.run()
+    assert ex.wait(300)
+    assert ex.error == "", ex.status
+    request = ex.request()
+    remote.clear_caches()
+    assert ex.outputs == remote.steer(request).outputs
+    assert ex.record()["served_by"]["url"] == remote.client.url
+    assert ex.heatmap.rows and ex.completions.panes[1]["tokens"]
+    ex.set_strength(0, 80.0)
+    ex.run()
+    assert ex.wait(300) and ex.error == ""
+    assert ex.default_generations == 1  # DEFAULT came from the cache the second time
+    ex.set(freq_penalty=1.0, temperature=0.5)
+    ex.run()
+    assert ex.wait(60)
+    assert "freq_penalty" in ex.status  # refused, shown, and the explorer stays usable
+    ex.set(freq_penalty=0.0)
+    ex.run()
+    assert ex.wait(300) and ex.error == ""
+
+
+# -- faults ------------------------------------------------------------------------------
+def test_wrong_missing_token_and_nothing_listening(server, monkeypatch):
+    monkeypatch.delenv("INTERP_ENGINE_SERVER_TOKEN", raising=False)
+    with pytest.raises(sw.errors.RemoteAuthError, match="token"):
+        sw.Engine.remote(server.url, "wrong", model=sw.DEFAULT_MODEL)
+    with pytest.raises(sw.errors.RemoteAuthError):
+        sw.Engine.remote(server.url, model=sw.DEFAULT_MODEL)
+    with pytest.raises(sw.errors.RemoteUnreachable, match="no answer"):
+        sw.Engine.remote(f"http://127.0.0.1:{free_port()}", TOKEN, model=sw.DEFAULT_MODEL)
+
+
+def test_a_refused_request_is_named(remote):
+    with pytest.raises(sw.errors.RemoteRefused, match="vocabulary"):
+        remote.model.runtime.capture([1, 10**7], ["blocks.9.hook_resid_post"])
+
+
+@pytest.fixture(scope="module")
+def queue0(tmp_path_factory):
+    """A server that queues nothing: a second heavy request while one runs gets 503."""
+    s = Server(default_model_dir(), tmp_path_factory.mktemp("ie0"), ("--max-queue", "0"))
+    yield s
+    s.stop()
+
+
+def _long_stream(client: RemoteClient, started: threading.Event, halt: threading.Event):
+    body = {"prompt_token_ids": [1, 57, 1510, 338], "max_tokens": 2000, "stop_at_eos": False}
+    body.update(temperature=0.0, stream=True)
+    for item in client.stream("/v1/generate", body, halt.is_set):
+        if item["type"] == "token":
+            started.set()
+
+
+def test_a_full_queue_is_retried_then_named_and_cancel_frees_the_slot(queue0):
+    started, halt = threading.Event(), threading.Event()
+    runner = threading.Thread(
+        target=_long_stream, args=(RemoteClient(queue0.url, TOKEN), started, halt), daemon=True
+    )
+    runner.start()
+    assert started.wait(120)
+    body = {"prompt_token_ids": [1, 2], "points": ["resid_post.0"]}
+    with pytest.raises(sw.errors.RemoteBusy) as info:
+        RemoteClient(queue0.url, TOKEN, retries=0).post("/v1/capture", body)
+    assert info.value.attempts == 1 and info.value.retry_after == 1.0
+    began = time.monotonic()
+    with pytest.raises(sw.errors.RemoteBusy) as info:
+        RemoteClient(queue0.url, TOKEN, retries=2).post("/v1/capture", body)
+    assert info.value.attempts == 3
+    assert time.monotonic() - began >= 2 * 0.9  # it waited Retry-After between attempts
+    halt.set()  # the long stream closes within one token; 2000 tokens would take minutes
+    patient = RemoteClient(queue0.url, TOKEN, retries=60)
+    assert patient.post("/v1/capture", body)["activations"]
+    runner.join(60)
+    assert not runner.is_alive()
+
+
+def test_concurrent_outputs_on_a_full_queue_retry_and_stay_exact(queue0):
+    remote = sw.Engine.remote(queue0.url, TOKEN, model=sw.DEFAULT_MODEL, retries=30)
+    request = sw.SteerRequest(
+        "I think that", features=[sw.Feature("10-smollm2-res-4k", 123, 40.0)], temperature=0
+    )
+    pair = remote.steer(request.with_(n_completion_tokens=6))
+    assert remote.client.stats["retries_503"] >= 1  # one output waited for the other
+    remote.clear_caches()
+    alone = remote.steer(request.with_(n_completion_tokens=6, types=("STEERED",)))
+    assert pair.outputs["STEERED"] == alone.outputs["STEERED"]
+
+
+def test_cancel_closes_the_stream_within_a_token(queue0):
+    remote = sw.Engine.remote(queue0.url, TOKEN, model=sw.DEFAULT_MODEL, retries=0)
+    request = sw.SteerRequest(CHAT, types=("DEFAULT",), temperature=0, n_completion_tokens=2000)
+    cancel = threading.Event()
+    frames = []
+    for frame in remote.steer_stream(request, cancel):
+        frames.append(frame)
+        if len(frames) == 3:
+            cancel.set()
+    assert frames[-1].done and frames[-1].outputs["DEFAULT"].stop == "cancelled"
+    assert len(frames[-1].outputs["DEFAULT"].token_ids) == 3
+    patient = RemoteClient(queue0.url, TOKEN, retries=60)  # the slot frees within one token
+    assert patient.post("/v1/capture", {"prompt_token_ids": [1], "points": ["resid_post.0"]})
+
+
+def test_a_server_killed_mid_stream_loses_nothing_already_streamed(tmp_path):
+    server = Server(default_model_dir(), tmp_path)
+    try:
+        remote = sw.Engine.remote(server.url, TOKEN, model=sw.DEFAULT_MODEL)
+        request = sw.SteerRequest(CHAT, types=("DEFAULT",), temperature=0, n_completion_tokens=300)
+        seen: tuple[int, ...] = ()
+        with pytest.raises(sw.errors.RemoteStreamBroken) as info:
+            for frame in remote.steer_stream(request):
+                seen = frame.outputs["DEFAULT"].token_ids
+                if len(seen) == 4:
+                    server.kill()
+        kept = info.value.outputs["DEFAULT"]
+        assert len(seen) >= 4 and kept.token_ids[: len(seen)] == seen and kept.stop == "error"
+        assert "DEFAULT stream broke" in str(info.value)
+        ex = sw.Explorer(remote, live=False, temperature=0, freq_penalty=0, n_completion_tokens=4)
+        ex.run()
+        assert ex.wait(60)
+        assert "unreachable" in ex.status or "no answer" in ex.status, ex.status
+    finally:
+        server.stop()
