@@ -4,10 +4,11 @@ A server (eager backend, CPU, float32, the same torch thread count as this proce
 default model on 127.0.0.1. In one run: first-token latency and greedy tokens/s of one
 48-token completion, remote and local (``remote_vs_local`` = remote / local tokens/s); the
 same completion through interp-engine in this process (no HTTP), so ``http_ms_per_token`` is
-remote minus in-process time per token (best of 3 each, interleaved); and the fraction of
-rows (DEFAULT, STEERED, the three steer methods, four prompts) whose greedy tokens equal the
-local engine's, plus the same for sampled rows (temperature 0.7, freq_penalty 0, the
-server's sampler).
+remote minus in-process time per token (best of 3 each, interleaved), beside two figures a
+busy machine cannot blur: this process's CPU time per remote token and the round trip of a
+small request; and the fraction of rows (DEFAULT, STEERED, the three steer methods, four
+prompts) whose greedy tokens equal the local engine's, plus the same for sampled rows
+(temperature 0.7, freq_penalty 0, the server's sampler).
 """
 
 from __future__ import annotations
@@ -25,14 +26,17 @@ N_TOKENS = 48
 PROMPTS = ["I think that", CHAT, "The capital of France is", "Once upon a time"]
 
 
-def _timed(steps) -> tuple[float, float]:
-    """ms to the first of ``steps`` (an iterator of token counts so far) and tokens/s."""
-    start = time.perf_counter()
+def _timed(steps) -> tuple[float, float, float]:
+    """ms to the first of ``steps`` (token counts so far), tokens/s, and this process's CPU
+    ms per token (for the remote engine: our side of HTTP, JSON and threads, which a busy
+    machine's wall clock cannot resolve)."""
+    start, cpu = time.perf_counter(), time.process_time()
     first, n = None, 0
     for n in steps:
         if first is None and n:
             first = time.perf_counter() - start
-    return 1000 * first, n / (time.perf_counter() - start)
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+    return 1000 * first, n / wall, 1000 * cpu / max(n, 1)
 
 
 def _engine_steps(engine, request):
@@ -49,14 +53,26 @@ def _in_process_steps(model, ids: list[int], n_tokens: int):
     return (i + 1 for i, _ in enumerate(steps))
 
 
-def _best_of(makers: dict, repeats: int = 3) -> dict[str, tuple[float, float]]:
-    """Fastest first token and rate of each, the runs interleaved so load drifts hit all."""
-    best = {name: (float("inf"), 0.0) for name in makers}
+def _best_of(makers: dict, repeats: int = 3) -> dict[str, tuple[float, float, float]]:
+    """Best first token, rate and CPU per token of each, runs interleaved so load drifts
+    hit all of them alike."""
+    best = {name: (float("inf"), 0.0, float("inf")) for name in makers}
     for _ in range(repeats):
         for name, make in makers.items():
-            first, rate = _timed(make())
-            best[name] = (min(best[name][0], first), max(best[name][1], rate))
+            got = _timed(make())
+            old = best[name]
+            best[name] = (min(old[0], got[0]), max(old[1], got[1]), min(old[2], got[2]))
     return best
+
+
+def _roundtrip_ms(client, repeats: int = 20) -> float:
+    """Fastest small authenticated request: the fixed cost of one HTTP exchange."""
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        client.post("/v1/tokenize", {"text": "hi", "prepend_bos": False})
+        times.append(time.perf_counter() - start)
+    return 1000 * min(times)
 
 
 METHODS = (("SIMPLE_ADDITIVE", 40.0), ("ORTHOGONAL_DECOMP", 8.0), ("PROJECTION_CAP", 2.0))
@@ -114,8 +130,9 @@ def run() -> dict:
                     "direct": lambda: _in_process_steps(model, ids, N_TOKENS),
                 }
             )
-            (r_first, r_rate), (l_first, l_rate) = best["remote"], best["local"]
-            d_first, direct = best["direct"]
+            (r_first, r_rate, r_cpu), (l_first, l_rate, _) = best["remote"], best["local"]
+            d_first, direct, _ = best["direct"]
+            roundtrip = _roundtrip_ms(remote.client)
             greedy = _rows(remote, local, source, temperature=0)
             sampled = _rows(remote, local, source, temperature=0.7, freq_penalty=0.0, seed=3)
             served_by = remote.served_by
@@ -134,6 +151,8 @@ def run() -> dict:
         "remote_vs_local": r_rate / l_rate,
         "http_ms_per_token": 1000 / r_rate - 1000 / direct,
         "http_first_token_ms": r_first - d_first,
+        "client_cpu_ms_per_token": r_cpu,
+        "http_roundtrip_ms": roundtrip,
         "greedy_equal_local": sum(greedy) / len(greedy),
         "greedy_rows": len(greedy),
         "sampled_equal_local": sum(sampled) / len(sampled),
