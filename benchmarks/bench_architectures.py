@@ -23,7 +23,9 @@ N_NEW, PROMPT_LEN, VOCAB = 32, 24, 32000
 WIDE = dict(hidden_size=768, num_hidden_layers=12, vocab_size=VOCAB)
 
 CONFIGS = {
-    "gpt2": lambda: tf.GPT2Config(n_embd=768, n_layer=12, n_head=12, vocab_size=VOCAB),
+    "gpt2": lambda: tf.GPT2Config(
+        n_embd=768, n_layer=12, n_head=12, vocab_size=VOCAB, bos_token_id=0, eos_token_id=0
+    ),
     "gemma2": lambda: tf.Gemma2Config(
         **WIDE, intermediate_size=3072, num_attention_heads=4, num_key_value_heads=2, head_dim=256
     ),
@@ -75,7 +77,7 @@ def _ours(model, ids: list[int], rows: list[Row], sampling: Sampling) -> list[li
 
 def _hf(hf, ids: list[int]) -> list[int]:
     out = hf.generate(
-        torch.tensor([ids]), max_new_tokens=N_NEW, min_new_tokens=N_NEW, do_sample=False,
+        torch.tensor([ids]), max_new_tokens=N_NEW, do_sample=False,
         attention_mask=torch.ones(1, len(ids), dtype=torch.long), pad_token_id=0,
     )  # fmt: skip
     return out[0, len(ids) :].tolist()
@@ -93,6 +95,7 @@ def _rows_identical(model, ids: list[int]) -> bool:
 def _one(name: str) -> dict:
     torch.manual_seed(0)
     hf = tf.AutoModelForCausalLM.from_config(CONFIGS[name](), dtype=torch.float32).eval()
+    hf.generation_config.eos_token_id = None  # both decode all N_NEW tokens, EOS or not
     ours = Transformer(TransformerConfig.from_hf_config(hf.config), hf.state_dict())
     ids = torch.randint(0, VOCAB, (PROMPT_LEN,), generator=torch.Generator().manual_seed(0))
     ids = ids.tolist()
