@@ -6,7 +6,7 @@ PIP     := $(BIN)/pip install --disable-pip-version-check -c constraints.txt
 STAMP   := $(VENV)/.installed
 BROWSER := $(VENV)/.browser
 
-.PHONY: install lab test test-ipywidgets7 lint bench clean
+.PHONY: install lab test test-fast test-ipywidgets7 lint bench clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -39,6 +39,10 @@ test: install
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
 	HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q tests notebooks --nbval-lax -p no:cacheprovider
 	OMP_NUM_THREADS=1 scripts/ipywidgets7.sh
+
+# The model-free tier (steer maths, validation, plans, records, search): seconds, no model.
+test-fast: $(STAMP)
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q tests/fast -p no:cacheprovider
 
 # The widget tests again under ipywidgets 7.7 (what Colab ships), in a venv layered on .venv.
 test-ipywidgets7: install

@@ -5,7 +5,8 @@ Concepts, word forms, prompts and the dev/report split are in
 ``benchmarks/data/steer_concepts.json`` (split drawn once, before any tuning; only the
 report half's figures count). For every (concept, prompt), greedy, 32 new tokens:
 
-* concept: one of the concept's word forms appears in STEERED and none in DEFAULT;
+* concept: one of the concept's word forms (or it with a plain inflection: -s, -es, -ing,
+  -ed, -er, -ers) appears in STEERED and none in DEFAULT;
 * fluency delta: mean NLL of STEERED's tokens under the unsteered model, minus DEFAULT's.
 
 Methods: (a) ``search``: the top hit of the feature index's text search (what the picker
@@ -32,8 +33,12 @@ N_TOKENS = 32
 OLD_PICKER_STRENGTH = 40.0
 
 
+SUFFIXES = "(?:s|es|ing|ed|er|ers)?"  # "creatures" counts for "creature", "cooked" for "cook"
+
+
 def mentions(text: str, forms: list[str]) -> bool:
-    return any(re.search(rf"\b{re.escape(f)}\b", text, re.IGNORECASE) for f in forms)
+    """A word form (or it with a plain inflection) as a whole word, case-insensitive."""
+    return any(re.search(rf"\b{re.escape(f)}{SUFFIXES}\b", text, re.IGNORECASE) for f in forms)
 
 
 def prompted(prompt, concept: str):

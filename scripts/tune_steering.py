@@ -22,13 +22,15 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 LAYERS = (6, 9, 12, 15, 18)
-MULTS = (0.5, 1.0, 1.5, 2.0, 3.0)
+VECTOR_MULTS = (0.15, 0.25, 0.35)
+FEATURE_MULTS = (0.25, 0.5)
 
 
 def main(argv=None) -> None:
     import bench_steer_efficacy as bench
 
     import steer_widgets as sw
+    from steer_widgets.concepts import neutral_examples
 
     p = argparse.ArgumentParser()
     p.add_argument("--out", type=Path, required=True)
@@ -44,27 +46,40 @@ def main(argv=None) -> None:
         if name in done:
             continue
         forms = data["concepts"][name]
+        hooks = [f"blocks.{x}.hook_resid_post" for x in LAYERS]
+        hooks += [engine.saes.config(s).hook_name for s in sources]
+        engine.concepts.means(engine.concepts.examples(name), hooks)  # one pass for all hooks
+        engine.concepts.means(neutral_examples(), hooks)
         reqs = {}
         for layer in LAYERS:
             hook = f"blocks.{layer}.hook_resid_post"
             vec = engine.concept_vector(name, hook=hook)
             norm = engine.typical_norm(hook)
-            reqs[f"vector:L{layer}"] = {"vectors": [sw.Vector(vec.vector, hook, norm)]}
+            reqs[f"vector:L{layer}"] = {
+                "vectors": [sw.Vector(vec.vector, hook, norm)],
+                "mults": VECTOR_MULTS,
+            }
         for s in sources:
             m = engine.search_features(name, sources=[s], n=1)[0]
             norm = engine.typical_norm(engine.saes.config(s).hook_name)
-            reqs[f"feature:{s}"] = {"features": [sw.Feature(s, m.index, norm)], "cos": m.score}
+            reqs[f"feature:{s}"] = {
+                "features": [sw.Feature(s, m.index, norm)],
+                "cos": m.score,
+                "mults": FEATURE_MULTS,
+            }
         for pr in data["prompts"]:
             default = engine.generate(pr["prompt"], temperature=0.0, n_completion_tokens=32)
             d_nll = bench.mean_nll(engine, pr["prompt"], default.token_ids)
             base_hit = bench.mentions(default.text, forms)
             batch = {}
             for key, cfg in reqs.items():
-                cfg = {k: v for k, v in cfg.items() if k != "cos"}
+                mults = cfg["mults"]
+                cfg = {k: v for k, v in cfg.items() if k not in ("cos", "mults")}
                 batch[key] = sw.SteerRequest(
                     pr["prompt"],
                     types=("STEERED",),
-                    sweep=[m for m in MULTS if m != 1.0],
+                    strength_multiplier=mults[0],
+                    sweep=mults[1:],
                     temperature=0.0,
                     n_completion_tokens=32,
                     **cfg,
@@ -77,7 +92,9 @@ def main(argv=None) -> None:
                             "concept": name,
                             "prompt": pr["kind"],
                             "config": key,
-                            "mult": float(label.split("*")[1]) if "*" in label else 1.0,
+                            "mult": res.request.strength_multiplier
+                            if label == "STEERED"
+                            else float(label.split("*")[1]),
                             "cos": reqs[key].get("cos"),
                             "success": (not base_hit) and bench.mentions(out.text, forms),
                             "fluency_delta": bench.mean_nll(engine, pr["prompt"], out.token_ids)

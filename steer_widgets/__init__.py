@@ -11,10 +11,10 @@ from .model import DEFAULT_MODEL, load_model
 from .results import Completion, Frame, SteerResult
 from .sae_store import SAEStore
 from .steering import METHODS, TYPES, Feature, SteerRequest, Vector
-
-__version__ = "0.1.0"
+from .version import __version__
 
 __all__ = [
+    "__version__",
     "DEFAULT_MODEL",
     "METHODS",
     "TYPES",
@@ -34,4 +34,12 @@ __all__ = [
     "load_model",
 ]
 
-from .widgets import Explorer  # noqa: E402 - the widgets build on the engine above
+
+def __getattr__(name: str):
+    """``sw.Explorer`` imports the widgets (and ipywidgets) on first use only, so code that
+    uses just the engine never loads a widget library."""
+    if name == "Explorer":
+        from .widgets import Explorer
+
+        return Explorer
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

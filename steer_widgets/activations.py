@@ -94,7 +94,12 @@ class TopPerToken:
 
 
 class ResidualCache:
-    """LRU of residual activations keyed by (token ids, hook name), under a byte budget."""
+    """LRU under one byte budget of residuals, keyed by (token ids, hook name), and of the
+    SAE activations computed from them, keyed by (token ids, SAE source).
+
+    The two kinds share the budget and the eviction order but never a key, so a hook and a
+    source of the same name cannot collide. Thread-safe: every access holds one lock.
+    """
 
     def __init__(self, budget_bytes: int = DEFAULT_CACHE_BYTES) -> None:
         self.budget_bytes = budget_bytes
@@ -103,26 +108,56 @@ class ResidualCache:
         self.hits = self.misses = self.forwards = 0
 
     def get(self, ids: tuple[int, ...], hook: str) -> Tensor | None:
+        """Residuals [T, d] at ``hook``, or None."""
+        return self._get(("residual", ids, hook))
+
+    def put(self, ids: tuple[int, ...], hook: str, value: Tensor) -> None:
+        self._put(("residual", ids, hook), value)
+
+    def has(self, ids: tuple[int, ...], hook: str) -> bool:
+        """Whether residuals are cached, without counting a hit or a miss."""
         with self._lock:
-            value = self._items.get((ids, hook))
+            return ("residual", ids, hook) in self._items
+
+    def get_features(self, ids: tuple[int, ...], source: str) -> Tensor | None:
+        """All of one SAE's feature activations [T, d_sae] over ``ids``, or None."""
+        return self._get(("features", ids, source))
+
+    def put_features(self, ids: tuple[int, ...], source: str, value: Tensor) -> None:
+        self._put(("features", ids, source), value)
+
+    def count_forward(self) -> None:
+        with self._lock:
+            self.forwards += 1
+
+    def clear(self) -> None:
+        """Forget every entry and reset the counters."""
+        with self._lock:
+            self._items.clear()
+            self.hits = self.misses = self.forwards = 0
+
+    def _get(self, key: tuple) -> Tensor | None:
+        with self._lock:
+            value = self._items.get(key)
             if value is not None:
-                self._items.move_to_end((ids, hook))
+                self._items.move_to_end(key)
                 self.hits += 1
             else:
                 self.misses += 1
             return value
 
-    def __contains__(self, key: tuple) -> bool:
+    def _put(self, key: tuple, value: Tensor) -> None:
         with self._lock:
-            return key in self._items
-
-    def put(self, ids: tuple[int, ...], hook: str, value: Tensor) -> None:
-        with self._lock:
-            self._items[(ids, hook)] = value
-            while self.nbytes() > self.budget_bytes and len(self._items) > 1:
+            self._items[key] = value
+            self._items.move_to_end(key)
+            while self._nbytes() > self.budget_bytes and len(self._items) > 1:
                 self._items.popitem(last=False)
 
     def nbytes(self) -> int:
+        with self._lock:
+            return self._nbytes()
+
+    def _nbytes(self) -> int:
         return sum(v.numel() * v.element_size() for v in self._items.values())
 
     def stats(self) -> dict:
@@ -132,7 +167,7 @@ class ResidualCache:
                 "misses": self.misses,
                 "forwards": self.forwards,
                 "entries": len(self._items),
-                "bytes": self.nbytes(),
+                "bytes": self._nbytes(),
             }
 
 
@@ -161,10 +196,10 @@ def residuals(
 
         return fn
 
-    names = set(missing) | {h for h in also if _layer(h) <= deepest and (ids, h) not in cache}
+    names = set(missing) | {h for h in also if _layer(h) <= deepest and not cache.has(ids, h)}
     tokens = torch.tensor([list(ids)], device=model.device)
     model.forward(tokens, hooks={h: grab(h) for h in names}, stop_at_layer=deepest + 1)
-    cache.forwards += 1
+    cache.count_forward()
     for name, value in captured.items():
         cache.put(ids, name, value)
     out.update({h: captured[h] for h in missing})

@@ -156,7 +156,7 @@ class Concepts:
     def __init__(self, engine) -> None:
         self.engine = engine
         self._examples: dict[str, list[Prompt]] = {}
-        self._norms: dict[str, float] = {}
+        self._cache: dict[tuple[str, str], tuple[Tensor, Tensor]] = {}
 
     # -- examples and means --------------------------------------------------------------
     def examples(self, concept: str) -> list[Prompt]:
@@ -185,30 +185,38 @@ class Concepts:
             self._examples[concept] = out
         return self._examples[concept]
 
-    def residuals(self, examples: Sequence[Prompt], hooks: Sequence[str]) -> list[tuple]:
-        """Per example: ({hook: resid [T, d]}, special flags)."""
-        from .activations import residuals
-
-        eng, out = self.engine, []
-        for e in examples:
-            text = eng.text(e)
-            res = residuals(eng.model.runtime, eng.residual_cache, text.ids, list(hooks))
-            out.append((res, text.special))
-        return out
-
     def means(self, examples: Sequence[Prompt], hooks: Sequence[str]) -> dict[str, Tensor]:
-        """Per hook, the per-example content means [n, d]."""
-        per = self.residuals(examples, hooks)
-        return {h: torch.stack([content_mean(r[h], sp) for r, sp in per]) for h in hooks}
+        """Per hook, the per-example content means [n, d] (cached per example set)."""
+        return {h: m for h, (m, _) in self._stats(examples, hooks).items()}
 
     def typical_norm(self, hook: str) -> float:
         """Median residual norm at ``hook`` over the neutral set's content tokens."""
-        if hook not in self._norms:
-            self._check_hook(hook, "hook")
-            per = self.residuals(neutral_examples(), [hook])
-            norms = torch.cat([content_rows(r[hook], sp).norm(dim=-1) for r, sp in per])
-            self._norms[hook] = float(norms.median())
-        return self._norms[hook]
+        self._check_hook(hook, "hook")
+        return float(self._stats(neutral_examples(), [hook])[hook][1].median())
+
+    def _stats(self, examples: Sequence[Prompt], hooks: Sequence[str]) -> dict[str, tuple]:
+        """Per hook: (per-example content means [n, d], every content token's norm).
+
+        One forward per example captures every hook asked for; the results are kept, so the
+        neutral set (the baseline of every concept) runs through the model once per hook.
+        """
+        from .activations import residuals
+
+        key = json.dumps(list(examples), sort_keys=True)
+        missing = [h for h in dict.fromkeys(hooks) if (key, h) not in self._cache]
+        if missing:
+            eng = self.engine
+            means: dict[str, list[Tensor]] = {h: [] for h in missing}
+            norms: dict[str, list[Tensor]] = {h: [] for h in missing}
+            for e in examples:
+                text = eng.text(e)
+                res = residuals(eng.model.runtime, eng.residual_cache, text.ids, missing)
+                for h in missing:
+                    means[h].append(content_mean(res[h], text.special))
+                    norms[h].append(content_rows(res[h], text.special).norm(dim=-1))
+            for h in missing:
+                self._cache[(key, h)] = (torch.stack(means[h]), torch.cat(norms[h]))
+        return {h: self._cache[(key, h)] for h in hooks}
 
     # -- the public tools ------------------------------------------------------------------
     def default_hook(self) -> str:

@@ -7,7 +7,6 @@ bad request raises a ``RequestError``/``SourceError`` and leaves the engine as i
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections import OrderedDict
@@ -17,38 +16,27 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from .activations import (
-    FeatureActivations,
-    ResidualCache,
-    Text,
-    TopFeatures,
-    TopPerToken,
-    max_outside_special,
-    residuals,
-)
+from .activations import FeatureActivations, ResidualCache, Text, TopFeatures, TopPerToken
+from .analysis import Analysis
 from .concepts import Concepts, FeatureMatches
-from .errors import RequestError, SourceError
-from .feature_index import FeatureIndex, top_output_tokens
+from .errors import RequestError
+from .feature_index import FeatureIndex
 from .generation import Row, Sampling, decode
 from .hook_view import centres_writes
 from .model import DEFAULT_MODEL, LoadedModel, load_model
 from .results import Completion, Frame, SteerResult
 from .sae_store import DEFAULT_BUDGET, SAEStore
 from .steering import (
-    Direction,
     Plan,
     SteerRequest,
     Vector,
-    check_combinable,
-    row_op,
-    sweep_label,
-    unit,
+    build_plan,
+    resolve_directions,
     validate_shape,
 )
 from .tokens import EncodedPrompt
 
 DEFAULT_CACHE_SIZE = 32
-TEXT_CACHE_SIZE = 64
 _default_engine: Engine | None = None
 _default_lock = threading.Lock()
 
@@ -85,12 +73,10 @@ class Engine:
             for location in saes:
                 self.saes.add(location)
         self._defaults: OrderedDict[tuple, Completion] = OrderedDict()
-        self.residual_cache = ResidualCache()
-        self._indexes: dict[str, FeatureIndex] = {}
-        self._texts: OrderedDict[tuple, Text] = OrderedDict()
-        self._lock_index = threading.Lock()
+        self._analysis = Analysis(self.model, self.saes)
         self._lock = threading.Lock()  # one decode at a time: the CPU is the bottleneck
         self._active: set[threading.Event] = set()
+        self._lock_state = threading.Lock()  # guards _defaults and _active across threads
         self.stop_ids = frozenset({self.tokenizer.eos_id} - {None})
         self.concepts = Concepts(self)
 
@@ -141,6 +127,9 @@ class Engine:
 
     def generate(self, prompt, **sampling) -> Completion:
         """The model's own completion (no steering), e.g. ``engine.generate("Hi", seed=1)``."""
+        unknown = sorted(set(sampling) - set(Sampling.__dataclass_fields__))
+        if unknown:
+            raise RequestError(unknown[0], "is not a sampling setting")
         request = SteerRequest(prompt=prompt, types=("DEFAULT",), **sampling)
         return self.steer(request).outputs["DEFAULT"]
 
@@ -216,111 +205,49 @@ class Engine:
 
     def clear_caches(self) -> None:
         """Forget cached DEFAULT completions and residuals (SAEs stay loaded)."""
-        self._defaults.clear()
-        self._texts.clear()
-        self.residual_cache = ResidualCache(self.residual_cache.budget_bytes)
+        with self._lock_state:
+            self._defaults.clear()
+        self._analysis.clear()
 
     def cancel_all(self) -> None:
         """Stop every running generation within one decode step."""
-        for event in list(self._active):
+        with self._lock_state:
+            active = list(self._active)
+        for event in active:
             event.set()
 
     def plan(self, request: SteerRequest) -> tuple[EncodedPrompt, Plan]:
         """Validate ``request`` against the model and SAEs and build its rows."""
-        validate_shape(request)
+        runtime = self.model.runtime
+        validate_shape(request, getattr(runtime, "max_rows", None))
         prompt = self._encode(request)
-        sampling = request.sampling
-        sampling.validate(self.model.runtime.cfg.max_context - len(prompt.ids))
-        directions = self._directions(request)
-        check_combinable(request.steer_method, directions)
-        mask = None
-        if not request.steer_special_tokens:
-            mask = torch.tensor(prompt.special, dtype=torch.bool)
-        plan = Plan()
-        if "DEFAULT" in request.types:
-            plan.labels.append("DEFAULT")
-            plan.rows.append(Row())
-        multipliers = []
-        if "STEERED" in request.types:
-            multipliers.append(("STEERED", request.strength_multiplier))
-        multipliers += [(sweep_label(m), m) for m in request.sweep]
-        by_hook: dict[str, list[Direction]] = {}
-        for d in directions:
-            by_hook.setdefault(d.hook, []).append(d)
-        for label, mult in multipliers:
-            ops = {h: row_op(request.steer_method, ds, mult, mask) for h, ds in by_hook.items()}
-            plan.labels.append(label)
-            plan.rows.append(Row(ops))
-        return prompt, plan
+        request.sampling.validate(runtime.cfg.max_context - len(prompt.ids))
+        directions = resolve_directions(request, self.saes, runtime.hook_widths())
+        return prompt, build_plan(request, directions, prompt.special)
 
-    # -- activations -----------------------------------------------------------------------
+    # -- activations (see analysis.py) ----------------------------------------------------
+    @property
+    def residual_cache(self) -> ResidualCache:
+        """Residuals and SAE activations of recent texts (``.stats()``)."""
+        return self._analysis.residual_cache
+
     def text(self, prompt, completion: Completion | Sequence[int] | None = None) -> Text:
         """Tokens to analyse: a prompt (str or chat), optionally followed by a completion."""
-        if isinstance(prompt, Text):
-            return prompt
-        extra = completion.token_ids if isinstance(completion, Completion) else completion
-        key = (json.dumps(prompt, sort_keys=True), tuple(extra or ()))
-        cached = self._texts.get(key)
-        if cached is not None:
-            return cached
-        enc = self.tokenizer.encode(prompt, self.model.runtime.cfg.max_context)
-        ids, special = list(enc.ids), list(enc.special)
-        if extra:
-            ids += list(extra)
-            special += [i in self.tokenizer.special_ids for i in extra]
-        if len(ids) > self.model.runtime.cfg.max_context:
-            raise RequestError("prompt", f"is {len(ids)} tokens; the context allows fewer")
-        tokens = self.tokenizer.token_strings(ids)
-        text = Text(tuple(ids), tuple(tokens), tuple(special))
-        self._texts[key] = text
-        while len(self._texts) > TEXT_CACHE_SIZE:
-            self._texts.popitem(last=False)
-        return text
+        return self._analysis.text(prompt, completion)
 
     def feature_values(self, text: Text, source: str, index: int | None = None) -> Tensor:
         """Activations [T] of one feature (or [T, d_sae] of all) over ``text``; BOS zeroed."""
-        cfg = self.saes.config(source) if index is None else self.saes.check_index(source, index)
-        also = [self.saes.config(s).hook_name for s in self.saes.sources()]
-        resid = residuals(self.model.runtime, self.residual_cache, text.ids, [cfg.hook_name], also)
-        if index is not None and not cfg.k:  # one encoder column is enough without TopK
-            with self.saes.using(source) as (sae,):
-                acts = sae.encode_one(resid[cfg.hook_name], index)
-        else:  # all features, kept beside the residuals: another feature is a lookup
-            acts = self.residual_cache.get(text.ids, f"{source}:acts")
-            if acts is None:
-                with self.saes.using(source) as (sae,):
-                    acts = sae.encode(resid[cfg.hook_name])
-                self.residual_cache.put(text.ids, f"{source}:acts", acts)
-            acts = acts if index is None else acts[:, index]
-        if text.ids and text.ids[0] == self.tokenizer.bos_id:
-            acts = acts.clone()
-            acts[0] = 0
-        return acts
+        return self._analysis.feature_values(text, source, index)
 
     def activations(self, prompt, source: str, index: int, completion=None) -> FeatureActivations:
         """One feature over a prompt (and optional completion): per-token values and max."""
-        text = self.text(prompt, completion)
-        values = self.feature_values(text, source, index)
-        top, pos = max_outside_special(values, text.special)
-        vals = tuple(float(v) for v in values)
-        return FeatureActivations(source, index, text.tokens, text.special, vals, top, pos)
+        return self._analysis.activations(prompt, source, index, completion)
 
     def top_features_per_token(
         self, prompt, source: str, k: int = 5, completion=None
     ) -> TopPerToken:
         """The ``k`` strongest features at every position."""
-        if k < 1:
-            raise RequestError("k", f"must be >= 1, got {k}")
-        text = self.text(prompt, completion)
-        acts = self.feature_values(text, source)
-        top = acts.topk(min(k, acts.shape[1]), dim=-1)
-        return TopPerToken(
-            source,
-            text.tokens,
-            text.special,
-            tuple(tuple(map(int, r)) for r in top.indices),
-            tuple(tuple(map(float, r)) for r in top.values),
-        )
+        return self._analysis.top_features_per_token(prompt, source, k, completion)
 
     def top_features(
         self,
@@ -332,59 +259,15 @@ class Engine:
         completion=None,
     ) -> TopFeatures:
         """The ``n`` features firing most over the text (non-special tokens) or ``positions``."""
-        if rank_by not in ("max", "sum"):
-            raise RequestError("rank_by", f"must be 'max' or 'sum', got {rank_by!r}")
-        text = self.text(prompt, completion)
-        acts = self.feature_values(text, source)
-        if positions is None:
-            chosen = [i for i, s in enumerate(text.special) if not s] or list(range(len(text.ids)))
-        else:
-            bad = [p for p in positions if not -len(text.ids) <= p < len(text.ids)]
-            if bad or not positions:
-                raise RequestError("positions", f"must be non-empty and within the text: {bad}")
-            chosen = list(positions)
-        span = acts[chosen]
-        scores = span.max(0).values if rank_by == "max" else span.sum(0)
-        top = scores.topk(min(n, scores.numel()))
-        return TopFeatures(
-            source,
-            text.tokens,
-            tuple(map(int, top.indices)),
-            tuple(map(float, top.values)),
-            tuple(tuple(map(float, acts[:, i])) for i in top.indices),
-            rank_by,
-        )
+        return self._analysis.top_features(prompt, source, n, positions, rank_by, completion)
 
     def neighbours(self, source: str, index: int, n: int = 10) -> list[tuple[int, float]]:
         """Features whose decoder rows point most nearly the same way (cosine similarity)."""
-        cfg = self.saes.check_index(source, index)
-        with self.saes.using(source) as (sae,):
-            unit_rows = torch.nn.functional.normalize(sae.W_dec, dim=1)
-            cos = unit_rows @ unit_rows[index]
-        cos[index] = -2.0
-        top = cos.topk(min(n, cfg.d_sae - 1))
-        return [(int(i), float(c)) for i, c in zip(top.indices, top.values, strict=True)]
+        return self._analysis.neighbours(source, index, n)
 
     def feature_index(self, source: str) -> FeatureIndex:
         """Searchable top tokens (and, for shipped SAEs, top contexts) of every feature."""
-        cfg = self.saes.config(source)
-        with self._lock_index:
-            index = self._indexes.get(source)
-            if index is None:
-
-                def tokens():
-                    with self.saes.using(source) as (sae,):
-                        runtime = self.model.runtime
-                        return top_output_tokens(
-                            sae.W_dec,
-                            runtime.unembed_weight.T,
-                            self.tokenizer.hf,
-                            getattr(runtime, "final_norm", None),
-                        )
-
-                index = FeatureIndex.load(source, cfg.folder, tokens)
-                self._indexes[source] = index
-            return index
+        return self._analysis.feature_index(source)
 
     # -- concepts ---------------------------------------------------------------------------
     def concept_vector(self, positive, negative=None, hook: str | None = None) -> Vector:
@@ -418,38 +301,11 @@ class Engine:
     def _encode(self, request: SteerRequest) -> EncodedPrompt:
         return self.tokenizer.encode(request.prompt, self.model.runtime.cfg.max_context - 1)
 
-    def _directions(self, request: SteerRequest) -> list[Direction]:
-        out = []
-        for i, f in enumerate(request.features):
-            try:
-                cfg = self.saes.config(f.source)
-                vec = self.saes.direction(f.source, f.index)
-            except SourceError as err:
-                raise RequestError(f"features[{i}]", str(err)) from err
-            if request.normalize_steering:
-                vec = unit(vec, f"features[{i}]")
-            out.append(Direction(cfg.hook_name, vec, float(f.strength), cfg.view.centre))
-        widths = self.model.runtime.hook_widths()
-        for i, v in enumerate(request.vectors):
-            if v.hook not in widths:
-                raise RequestError(f"vectors[{i}].hook", f"the model has no hook {v.hook!r}")
-            vec = torch.as_tensor(v.vector, dtype=torch.float32).flatten()
-            if vec.numel() != widths[v.hook]:
-                raise RequestError(
-                    f"vectors[{i}].vector",
-                    f"has width {vec.numel()}, but {v.hook} is {widths[v.hook]} wide",
-                )
-            if not torch.isfinite(vec).all():
-                raise RequestError(f"vectors[{i}].vector", "contains NaN or infinite values")
-            if request.normalize_steering:
-                vec = unit(vec, f"vectors[{i}].vector")
-            out.append(Direction(v.hook, vec, float(v.strength)))
-        return out
-
     def _stream(self, request, prompt, plan, cancel) -> Iterator[Frame]:
         key = (prompt.ids, request.sampling)
         outputs: dict[str, Completion] = {}
-        cached = self._defaults.get(key) if "DEFAULT" in plan.labels else None
+        with self._lock_state:
+            cached = self._defaults.get(key) if "DEFAULT" in plan.labels else None
         labels, rows = plan.labels, plan.rows
         if cached is not None:
             outputs["DEFAULT"] = cached
@@ -460,7 +316,8 @@ class Engine:
             yield Frame(_ordered(outputs, plan.labels), 0, done=True)
             return
         ids: list[list[int]] = [[] for _ in rows]
-        self._active.add(cancel)
+        with self._lock_state:
+            self._active.add(cancel)
         step = 0
         try:
             with self._lock:
@@ -475,7 +332,8 @@ class Engine:
                         outputs[label] = self._completion(ids[r], "eos" if step_out.done[r] else "")
                     yield Frame(_ordered(outputs, plan.labels), step)
         finally:
-            self._active.discard(cancel)
+            with self._lock_state:
+                self._active.discard(cancel)
         stop = "cancelled" if cancel.is_set() else "length"
         for r, label in enumerate(labels):
             if outputs[label].stop != "eos":
@@ -489,10 +347,11 @@ class Engine:
         return Completion(self.tokenizer.decode(text_ids), tuple(ids), stop)
 
     def _remember_default(self, key: tuple, completion: Completion) -> None:
-        self._defaults[key] = completion
-        self._defaults.move_to_end(key)
-        while len(self._defaults) > DEFAULT_CACHE_SIZE:
-            self._defaults.popitem(last=False)
+        with self._lock_state:
+            self._defaults[key] = completion
+            self._defaults.move_to_end(key)
+            while len(self._defaults) > DEFAULT_CACHE_SIZE:
+                self._defaults.popitem(last=False)
 
 
 def _ordered(outputs: dict[str, Completion], labels: list[str]) -> dict[str, Completion]:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from . import checks
 from .errors import RequestError
 from .llama import Llama
 
@@ -27,7 +28,8 @@ RowOp = Callable[[Tensor, int], Tensor]  # (x [1, T, d] of one row, start positi
 
 @dataclass(frozen=True)
 class Sampling:
-    """Sampling settings; defaults are the reference steering tools' web defaults."""
+    """Sampling settings, the one place their defaults live (the reference steering tools'
+    web defaults). ``SteerRequest`` and the explorer take theirs from ``DEFAULT_SAMPLING``."""
 
     temperature: float = 0.5
     freq_penalty: float = 1.0
@@ -35,22 +37,19 @@ class Sampling:
     n_completion_tokens: int = 64
 
     def validate(self, max_new: int | None = None) -> None:
-        _finite_nonneg("temperature", self.temperature)
-        _finite_nonneg("freq_penalty", self.freq_penalty)
-        if not isinstance(self.seed, int) or isinstance(self.seed, bool):
-            raise RequestError("seed", f"must be an integer, got {self.seed!r}")
-        n = self.n_completion_tokens
-        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-            raise RequestError("n_completion_tokens", f"must be a positive integer, got {n!r}")
-        if max_new is not None and n > max_new:
+        """The one validator of sampling fields; ``max_new`` is the room left after the prompt."""
+        checks.number("temperature", self.temperature, minimum=0)
+        checks.number("freq_penalty", self.freq_penalty, minimum=0)
+        checks.integer("seed", self.seed, *checks.SEED_RANGE)
+        checks.integer("n_completion_tokens", self.n_completion_tokens, lo=1)
+        if max_new is not None and self.n_completion_tokens > max_new:
             raise RequestError(
-                "n_completion_tokens", f"is {n}, but the prompt leaves room for {max_new}"
+                "n_completion_tokens",
+                f"is {self.n_completion_tokens}, but the prompt leaves room for {max_new}",
             )
 
 
-def _finite_nonneg(name: str, value: float) -> None:
-    if not isinstance(value, (int, float)) or not value >= 0 or value == float("inf"):
-        raise RequestError(name, f"must be a finite number >= 0, got {value!r}")
+DEFAULT_SAMPLING = Sampling()
 
 
 @dataclass

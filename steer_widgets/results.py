@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .steering import SteerRequest
+from .steering import SteerRequest, output_multipliers
+from .version import __version__
 
 
 @dataclass(frozen=True)
@@ -41,8 +42,6 @@ class SteerResult:
         """A JSON-able record of settings and outputs; ``Engine.steer(record)`` replays it."""
         import torch
 
-        from . import __version__
-
         return {
             "request": self.request.to_dict(),
             "outputs": {
@@ -59,24 +58,16 @@ class SteerResult:
         """One row per output (DEFAULT, STEERED, sweep rows) as a pandas DataFrame."""
         import pandas as pd
 
+        multipliers = output_multipliers(self.request)
         rows = []
         for label, c in self.outputs.items():
-            mult = _multiplier(label, self.request)
             rows.append(
                 {
                     "type": label,
-                    "strength_multiplier": mult,
+                    "strength_multiplier": multipliers.get(label),
                     "text": c.text,
                     "n_tokens": len(c.token_ids),
                     "stop": c.stop,
                 }
             )
         return pd.DataFrame(rows)
-
-
-def _multiplier(label: str, request: SteerRequest) -> float | None:
-    if label == "DEFAULT":
-        return None
-    if label == "STEERED":
-        return request.strength_multiplier
-    return float(label.split("*", 1)[1])

@@ -15,16 +15,21 @@ hook point, at every prompt position and every generated token.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import torch
 from torch import Tensor
 
-from .errors import RequestError
-from .generation import Row, Sampling
+from . import checks
+from .errors import RequestError, SourceError
+from .generation import DEFAULT_SAMPLING, Row, Sampling
+from .tokens import check_prompt
+
+if TYPE_CHECKING:
+    from .sae_store import SAEStore
+
 
 TYPES = ("DEFAULT", "STEERED")
 METHODS = ("SIMPLE_ADDITIVE", "ORTHOGONAL_DECOMP", "PROJECTION_CAP")
@@ -51,7 +56,12 @@ class Vector:
 
 @dataclass(frozen=True)
 class SteerRequest:
-    """Everything that determines a steering result; a result can be replayed from it."""
+    """Everything that determines a steering result; a result can be replayed from it.
+
+    The sampling fields (``n_completion_tokens``, ``temperature``, ``freq_penalty``,
+    ``seed``) take their defaults from ``generation.DEFAULT_SAMPLING`` and are read back as
+    one ``Sampling`` through ``.sampling``.
+    """
 
     prompt: str | Sequence[dict]
     features: Sequence[Feature] = ()
@@ -61,10 +71,10 @@ class SteerRequest:
     strength_multiplier: float = 1.0
     normalize_steering: bool = False
     steer_special_tokens: bool = True
-    n_completion_tokens: int = 64
-    temperature: float = 0.5
-    freq_penalty: float = 1.0
-    seed: int = 16
+    n_completion_tokens: int = DEFAULT_SAMPLING.n_completion_tokens
+    temperature: float = DEFAULT_SAMPLING.temperature
+    freq_penalty: float = DEFAULT_SAMPLING.freq_penalty
+    seed: int = DEFAULT_SAMPLING.seed
     sweep: Sequence[float] = ()  # extra STEERED rows at these strength multipliers
 
     @property
@@ -89,22 +99,55 @@ class SteerRequest:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict) -> SteerRequest:
-        known = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
-        known["features"] = tuple(Feature(**f) for f in d.get("features", ()))
+    def from_dict(cls, d: Mapping) -> SteerRequest:
+        """The request of a record; a malformed record raises ``RequestError`` naming the key."""
+        if not isinstance(d, Mapping):
+            raise RequestError("request", f"must be a dict of request fields, got {d!r}")
+        unknown = sorted(set(d) - set(cls.__dataclass_fields__), key=str)
+        if unknown:
+            raise RequestError(str(unknown[0]), "is not a SteerRequest field")
+        if "prompt" not in d:
+            raise RequestError("prompt", "is missing from the record")
+        known = dict(d)
+        known["features"] = tuple(
+            Feature(**_entry(f"features[{i}]", f, ("source", "index"), ("strength",)))
+            for i, f in enumerate(checks.sequence("features", d.get("features", ())))
+        )
         known["vectors"] = tuple(
-            Vector(torch.tensor(v["vector"], dtype=torch.float32), v["hook"], v["strength"])
-            for v in d.get("vectors", ())
+            _vector_from_dict(i, v)
+            for i, v in enumerate(checks.sequence("vectors", d.get("vectors", ())))
         )
         for key in ("types", "sweep"):
             if key in known:
-                known[key] = tuple(known[key])
+                known[key] = tuple(checks.sequence(key, known[key]))
         return cls(**known)
 
 
+def _entry(name: str, value, required: tuple[str, ...], optional: tuple[str, ...]) -> dict:
+    """A record entry as keyword arguments, with its keys checked."""
+    if not isinstance(value, Mapping):
+        raise RequestError(name, f"must be a dict, got {value!r}")
+    missing = [k for k in required if k not in value]
+    extra = sorted(set(value) - set(required) - set(optional), key=str)
+    if missing or extra:
+        keys = ", ".join(required + optional)
+        raise RequestError(name, f"must have the keys {keys} (missing {missing}, extra {extra})")
+    return dict(value)
+
+
+def _vector_from_dict(i: int, v) -> Vector:
+    kw = _entry(f"vectors[{i}]", v, ("vector", "hook"), ("strength",))
+    try:
+        kw["vector"] = torch.tensor(kw["vector"], dtype=torch.float32)
+    except (TypeError, ValueError, RuntimeError) as err:
+        raise RequestError(f"vectors[{i}].vector", f"is not a list of numbers: {err}") from None
+    return Vector(**kw)
+
+
 def sweep_label(multiplier: float) -> str:
-    """Output key of a sweep row, e.g. ``STEERED*-2``."""
-    return f"STEERED*{multiplier:g}"
+    """Output key of a sweep row, e.g. ``STEERED*-2``; distinct multipliers, distinct keys."""
+    short = f"{multiplier:g}"
+    return f"STEERED*{short if float(short) == multiplier else repr(float(multiplier))}"
 
 
 @dataclass(frozen=True)
@@ -118,20 +161,112 @@ class Direction:
     hook: str
     vector: Tensor
     strength: float
+    field: str = "vectors"  # the request field it came from, for errors about it
     centred: bool = False
+
+
+@dataclass(frozen=True)
+class PlannedRow:
+    """One output of a plan: its key, its strength multiplier (None for DEFAULT), its row."""
+
+    label: str
+    multiplier: float | None
+    row: Row
 
 
 @dataclass
 class Plan:
-    """A validated request turned into rows: labels[i] is produced by rows[i]."""
+    """A validated request turned into rows, in output order (DEFAULT, STEERED, sweep)."""
 
-    labels: list[str] = field(default_factory=list)
-    rows: list[Row] = field(default_factory=list)
+    outputs: list[PlannedRow] = field(default_factory=list)
+
+    @property
+    def labels(self) -> list[str]:
+        return [o.label for o in self.outputs]
+
+    @property
+    def rows(self) -> list[Row]:
+        return [o.row for o in self.outputs]
 
 
-def validate_shape(request: SteerRequest) -> None:
-    """Checks that need no model: types, method, strengths, sweep."""
-    types = tuple(request.types)
+def output_multipliers(request: SteerRequest) -> dict[str, float | None]:
+    """Each output's key and strength multiplier (None: DEFAULT is never steered), in order."""
+    out: dict[str, float | None] = {}
+    if "DEFAULT" in request.types:
+        out["DEFAULT"] = None
+    if "STEERED" in request.types:
+        out["STEERED"] = float(request.strength_multiplier)
+    for m in request.sweep:
+        out[sweep_label(m)] = float(m)
+    return out
+
+
+def build_plan(
+    request: SteerRequest, directions: Sequence[Direction], special: Sequence[bool]
+) -> Plan:
+    """The rows of a validated request; ``special`` flags the prompt's special tokens."""
+    check_combinable(request.steer_method, directions)
+    mask = None if request.steer_special_tokens else torch.tensor(special, dtype=torch.bool)
+    by_hook: dict[str, list[Direction]] = {}
+    for d in directions:
+        by_hook.setdefault(d.hook, []).append(d)
+    plan = Plan()
+    for label, mult in output_multipliers(request).items():
+        ops = {}
+        if mult is not None:
+            ops = {h: row_op(request.steer_method, ds, mult, mask) for h, ds in by_hook.items()}
+        plan.outputs.append(PlannedRow(label, mult, Row(ops)))
+    return plan
+
+
+def resolve_directions(
+    request: SteerRequest, saes: SAEStore, hook_widths: Mapping[str, int]
+) -> list[Direction]:
+    """Features and vectors as directions at their hooks, checked against model and SAEs."""
+    out = []
+    for i, f in enumerate(request.features):
+        try:
+            cfg = saes.config(f.source)
+            vec = saes.direction(f.source, f.index)
+        except SourceError as err:
+            raise RequestError(f"features[{i}]", str(err)) from err
+        if request.normalize_steering:
+            vec = unit(vec, f"features[{i}]")
+        field = f"features[{i}]"
+        out.append(Direction(cfg.hook_name, vec, float(f.strength), field, cfg.view.centre))
+    for i, v in enumerate(request.vectors):
+        out.append(_vector_direction(i, v, hook_widths, request.normalize_steering))
+    return out
+
+
+def _vector_direction(i: int, v: Vector, widths: Mapping[str, int], normalize: bool) -> Direction:
+    if v.hook not in widths:
+        raise RequestError(f"vectors[{i}].hook", f"the model has no hook {v.hook!r}")
+    try:
+        vec = torch.as_tensor(v.vector, dtype=torch.float32).flatten()
+    except (TypeError, ValueError, RuntimeError) as err:
+        raise RequestError(f"vectors[{i}].vector", f"is not a list of numbers: {err}") from None
+    if vec.numel() != widths[v.hook]:
+        raise RequestError(
+            f"vectors[{i}].vector",
+            f"has width {vec.numel()}, but {v.hook} is {widths[v.hook]} wide",
+        )
+    if not torch.isfinite(vec).all():
+        raise RequestError(f"vectors[{i}].vector", "contains NaN or infinite values")
+    if normalize:
+        vec = unit(vec, f"vectors[{i}].vector")
+    return Direction(v.hook, vec, float(v.strength), f"vectors[{i}].vector")
+
+
+def validate_shape(request: SteerRequest, max_rows: int | None = None) -> None:
+    """Every check that needs no model: each field's type and range, ``None`` included.
+
+    ``max_rows`` is the most rows the runtime decodes at once (None: no limit).
+    """
+    if not isinstance(request, SteerRequest):
+        raise RequestError("request", f"must be a SteerRequest or a record dict, got {request!r}")
+    check_prompt(request.prompt)
+    types = tuple(checks.sequence("types", request.types))
     if not types:
         raise RequestError("types", "is empty; ask for DEFAULT, STEERED or both")
     for t in types:
@@ -139,25 +274,50 @@ def validate_shape(request: SteerRequest) -> None:
             raise RequestError("types", f"{t!r} is not one of {TYPES}")
     if len(set(types)) != len(types):
         raise RequestError("types", f"repeats a type: {list(types)}")
-    if request.steer_method not in METHODS:
+    if not isinstance(request.steer_method, str) or request.steer_method not in METHODS:
         raise RequestError("steer_method", f"{request.steer_method!r} is not one of {METHODS}")
-    _finite("strength_multiplier", request.strength_multiplier)
-    for i, f in enumerate(request.features):
-        _finite(f"features[{i}].strength", f.strength)
-        if not isinstance(f.index, int) or isinstance(f.index, bool):
-            raise RequestError(f"features[{i}].index", f"must be an integer, got {f.index!r}")
-    for i, v in enumerate(request.vectors):
-        _finite(f"vectors[{i}].strength", v.strength)
-    for i, m in enumerate(request.sweep):
-        _finite(f"sweep[{i}]", m)
+    checks.number("strength_multiplier", request.strength_multiplier)
+    checks.flag("normalize_steering", request.normalize_steering)
+    checks.flag("steer_special_tokens", request.steer_special_tokens)
+    request.sampling.validate()
+    _check_features(request.features)
+    _check_vectors(request.vectors)
+    _check_sweep(request.sweep)
     steers = "STEERED" in types or request.sweep
     if steers and not (request.features or request.vectors):
         raise RequestError("features", "STEERED needs at least one feature or vector")
+    n_rows = len(types) + len(request.sweep)
+    if max_rows is not None and n_rows > max_rows:
+        raise RequestError("sweep", f"asks for {n_rows} rows; this runtime decodes {max_rows}")
 
 
-def _finite(name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise RequestError(name, f"must be a finite number, got {value!r}")
+def _check_features(features) -> None:
+    for i, f in enumerate(checks.sequence("features", features)):
+        if not isinstance(f, Feature):
+            raise RequestError(f"features[{i}]", f"must be a Feature, got {f!r}")
+        checks.text(f"features[{i}].source", f.source)
+        checks.integer(f"features[{i}].index", f.index, lo=0)
+        checks.number(f"features[{i}].strength", f.strength)
+
+
+def _check_vectors(vectors) -> None:
+    for i, v in enumerate(checks.sequence("vectors", vectors)):
+        if not isinstance(v, Vector):
+            raise RequestError(f"vectors[{i}]", f"must be a Vector, got {v!r}")
+        checks.text(f"vectors[{i}].hook", v.hook)
+        checks.number(f"vectors[{i}].strength", v.strength)
+        if v.vector is None or isinstance(v.vector, (str, bytes)):
+            got = f"got {v.vector!r}"
+            raise RequestError(f"vectors[{i}].vector", f"must be a list of numbers, {got}")
+
+
+def _check_sweep(sweep) -> None:
+    seen: dict[float, int] = {}
+    for i, m in enumerate(checks.sequence("sweep", sweep)):
+        value = checks.number(f"sweep[{i}]", m)
+        if value in seen:
+            raise RequestError(f"sweep[{i}]", f"repeats sweep[{seen[value]}] ({m!r})")
+        seen[value] = i
 
 
 def check_combinable(method: str, directions: Sequence[Direction]) -> None:
@@ -194,7 +354,7 @@ def row_op(
     (``steer_special_tokens=False``); positions past the prompt are always steered.
     """
     coefs = [multiplier * d.strength for d in directions]
-    units = [unit(d.vector, "vectors") for d in directions] if method != "SIMPLE_ADDITIVE" else None
+    units = [unit(d.vector, d.field) for d in directions] if method != "SIMPLE_ADDITIVE" else None
 
     def op(x: Tensor, start: int) -> Tensor:
         new = x

@@ -9,6 +9,7 @@ depends on how many real rows there are; prefill runs one row at a time.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -83,6 +84,8 @@ class TransformerLensRuntime:
         self.device = torch.device(cfg.device or "cpu")
         self.layer_devices = [self.device] * cfg.n_layers
         self.row_groups = {"decode_rows": DECODE_ROWS}
+        self.max_rows = DECODE_ROWS  # checked by request validation, before any work
+        self._lock = threading.Lock()
         self.unembed_weight = model.W_U.T  # [vocab, d_model]
         self._z_width = cfg.n_heads * cfg.d_head
 
@@ -123,7 +126,8 @@ class TransformerLensRuntime:
             kwargs["past_kv_cache"] = cache.merged()
             pad = tokens[:1].expand(DECODE_ROWS - rows, -1)
             tokens = torch.cat([tokens, pad])
-        out = self.tl.run_with_hooks(tokens.to(self.device), fwd_hooks=fwd_hooks, **kwargs)
+        with self._lock:  # run_with_hooks registers hooks on the shared module
+            out = self.tl.run_with_hooks(tokens.to(self.device), fwd_hooks=fwd_hooks, **kwargs)
         if cache is not None:
             cache.length = start + tokens.shape[1]
         out = out[:rows]

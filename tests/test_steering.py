@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import steer_widgets as sw
-from steer_widgets.steering import Direction, row_op, sweep_label
+from steer_widgets.steering import Direction, output_multipliers, row_op, sweep_label
 
 CHAT = [{"role": "user", "content": "Tell me about the ocean."}]
 PROMPTS = {"completion": "I think that", "chat": CHAT}
@@ -65,12 +65,10 @@ def steering_for(kind: str, sources: list[str], engine) -> dict:
 
 def solo(engine, request: sw.SteerRequest, label: str) -> tuple[int, ...]:
     engine.clear_caches()  # a solo DEFAULT must really be generated alone
-    if label == "DEFAULT":
+    mult = output_multipliers(request)[label]
+    if mult is None:
         alone = request.with_(types=("DEFAULT",), sweep=())
-    elif label == "STEERED":
-        alone = request.with_(types=("STEERED",), sweep=())
     else:
-        mult = float(label.split("*")[1])
         alone = request.with_(types=("STEERED",), sweep=(), strength_multiplier=mult)
     return engine.steer(alone).outputs["STEERED" if label != "DEFAULT" else "DEFAULT"].token_ids
 
@@ -287,3 +285,25 @@ def test_record_replays_same_tokens(engine, sources):
     }
     frame = result.to_frame()
     assert list(frame["type"]) == ["DEFAULT", "STEERED", "STEERED*2"]
+
+
+@pytest.mark.parametrize(
+    ("call", "field"),
+    [
+        (lambda e: e.steer(None), "request"),
+        (lambda e: e.steer({"prompt": None}), "prompt"),
+        (
+            lambda e: e.steer({"request": {"prompt": "x", "features": [{"source": "a"}]}}),
+            "features[0]",
+        ),
+        (lambda e: e.steer({"request": {"prompt": "x", "seed": 2**64}}), "seed"),
+        (lambda e: e.steer({"prompt": "x", "temperature": True}), "temperature"),
+        (lambda e: e.steer_stream({"prompt": "x", "sweep": [1, 1], "features": []}), "sweep[1]"),
+        (lambda e: e.generate("x", temprature=1.0), "temprature"),
+        (lambda e: e.generate(None), "prompt"),
+    ],
+)
+def test_malformed_records_and_calls_are_named(engine, call, field):
+    with pytest.raises(sw.RequestError) as info:
+        call(engine)
+    assert info.value.field == field

@@ -10,6 +10,7 @@ import pytest
 
 import steer_widgets as sw
 from steer_widgets.model import LoadedModel
+from steer_widgets.steering import output_multipliers
 from steer_widgets.tl_runtime import TransformerLensRuntime, hooked_llama
 
 
@@ -35,10 +36,10 @@ def test_rows_equal_solo_and_text_matches_fast_runtime(tl_engine, engine, source
     together = tl_engine.steer(request)
     for label, completion in together.outputs.items():
         tl_engine.clear_caches()
-        if label == "DEFAULT":
+        mult = output_multipliers(request)[label]
+        if mult is None:
             alone = request.with_(types=("DEFAULT",), sweep=())
         else:
-            mult = 2.0 if label == "STEERED*2" else 1.0
             alone = request.with_(types=("STEERED",), sweep=(), strength_multiplier=mult)
         solo = tl_engine.steer(alone).outputs["DEFAULT" if label == "DEFAULT" else "STEERED"]
         assert solo.token_ids == completion.token_ids, label
@@ -56,3 +57,13 @@ def test_activations_agree_with_fast_runtime(tl_engine, engine, sources):
     theirs = tl_engine.activations(text, sources[1], top.indices[0])
     assert max(abs(a - b) for a, b in zip(ours.values, theirs.values, strict=True)) < 1e-2
     assert ours.max_position == theirs.max_position
+
+
+def test_more_rows_than_the_runtime_decodes_is_refused_before_work(tl_engine, sources):
+    request = sw.SteerRequest(
+        "Hi", features=[sw.Feature(sources[1], 11, 80.0)], sweep=tuple(range(2, 9))
+    )  # DEFAULT, STEERED and 7 sweep rows: 9 > 8
+    with pytest.raises(sw.RequestError) as info:
+        tl_engine.steer_stream(request)
+    assert info.value.field == "sweep"
+    assert tl_engine.steer(request.with_(sweep=(2.0,), n_completion_tokens=1)).outputs

@@ -1,0 +1,40 @@
+"""Concept maths without a model: difference in means, matching pursuit, content means."""
+
+from __future__ import annotations
+
+import torch
+
+from steer_widgets import concepts
+
+
+def test_direction_recovers_a_planted_direction():
+    g = torch.Generator().manual_seed(0)
+    planted = torch.nn.functional.normalize(torch.randn(64, generator=g), dim=0)
+    neg = torch.randn(200, 64, generator=g)
+    pos = torch.randn(200, 64, generator=g) + 3.0 * planted
+    d = concepts.direction(pos, neg)
+    assert torch.nn.functional.cosine_similarity(d, planted, dim=0) > 0.95
+    shuffled = concepts.direction(torch.randn(200, 64, generator=g), neg)
+    assert torch.nn.functional.cosine_similarity(shuffled, planted, dim=0) < 0.5
+
+
+def test_matching_pursuit_names_both_planted_rows():
+    g = torch.Generator().manual_seed(1)
+    w_dec = torch.nn.functional.normalize(torch.randn(512, 64, generator=g), dim=1)
+    v = 3.0 * w_dec[17] + 1.5 * w_dec[301]
+    picked = concepts.matching_pursuit(w_dec, v, 3)
+    assert {picked[0][0], picked[1][0]} == {17, 301}
+    assert picked[0][0] == 17 and picked[0][1] > picked[1][1] > 0
+
+
+def test_content_mean_skips_position_zero_and_special_tokens():
+    resid = torch.arange(12.0).reshape(4, 3)
+    mean = concepts.content_mean(resid, [False, True, False, False])
+    assert torch.equal(mean, resid[[2, 3]].mean(0))
+
+
+def test_feature_matches_frame():
+    m = concepts.FeatureMatches([concepts.FeatureMatch("s", 3, 0.5, "music", 12.0)])
+    frame = m.to_frame()
+    assert list(frame.columns) == ["source", "index", "score", "label", "strength"]
+    assert frame.iloc[0]["index"] == 3

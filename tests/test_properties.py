@@ -1,0 +1,107 @@
+"""Property: any request through the public API returns outputs or raises a named error, and
+the engine is exactly as it was afterwards (a reference request gives the same tokens)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import steer_widgets as sw
+from steer_widgets.steering import output_multipliers
+
+HOOK = "blocks.3.hook_resid_post"
+NAN = math.nan
+
+
+def requests(sources: list[str]) -> st.SearchStrategy:
+    """Valid requests, each with up to two fields swapped for a bad value."""
+    early, middle, late = sources[0], sources[len(sources) // 2], sources[-1]
+    direction = torch.randn(576, generator=torch.Generator().manual_seed(0))
+    good_feature = st.sampled_from(
+        [sw.Feature(middle, 11, 40.0), sw.Feature(late, 3, -25.0), sw.Feature(early, 4095, 10.0)]
+    )
+    good_vector = st.sampled_from(
+        [
+            sw.Vector(direction, HOOK, 4.0),
+            sw.Vector(direction.tolist(), "blocks.20.attn.hook_z", -2.0),
+        ]
+    )
+    valid = st.builds(
+        sw.SteerRequest,
+        prompt=st.sampled_from(["I think that", [{"role": "user", "content": "Hi there"}]]),
+        features=st.lists(good_feature, max_size=3),
+        vectors=st.lists(good_vector, max_size=1),
+        types=st.sampled_from([("DEFAULT", "STEERED"), ("DEFAULT",), ("STEERED",)]),
+        steer_method=st.sampled_from(sw.METHODS),
+        strength_multiplier=st.floats(-4, 4),
+        normalize_steering=st.booleans(),
+        steer_special_tokens=st.booleans(),
+        n_completion_tokens=st.integers(1, 3),
+        temperature=st.sampled_from([0.0, 0.7, 1.0]),
+        freq_penalty=st.sampled_from([0.0, 1.0, 2.0]),
+        seed=st.integers(0, 2**64 - 1),
+        sweep=st.sampled_from([(), (2.0,), (-1.0, 0.5)]),
+    )
+    bad = {
+        "prompt": ["", " ", None, 7, [], [{"role": "robot", "content": "x"}], "word " * 9000],
+        "features": [None, "features", [None], [sw.Feature(middle, 4096, 1.0)],
+                     [sw.Feature("no-such-sae", 1, 1.0)], [sw.Feature(middle, -1, 1.0)],
+                     [sw.Feature(middle, 1, NAN)], [sw.Feature(middle, True, 1.0)]],
+        "vectors": [None, [None], [sw.Vector(torch.zeros(576), HOOK, 1.0)],
+                    [sw.Vector(torch.ones(7), HOOK, 1.0)], [sw.Vector(None, HOOK, 1.0)],
+                    [sw.Vector(direction, "blocks.99.hook_resid_post", 1.0)]],
+        "types": [(), ("X",), None, "DEFAULT", ("DEFAULT", "DEFAULT")],
+        "steer_method": ["BAD", None],
+        "strength_multiplier": [NAN, True, None, "1"],
+        "normalize_steering": [None, 1],
+        "steer_special_tokens": [None, "no"],
+        "n_completion_tokens": [0, -1, None, 2.5, 10**6],
+        "temperature": [-1.0, NAN, True, None],
+        "freq_penalty": [-0.5, None],
+        "seed": [2**64, -(2**63) - 1, 1.5, None],
+        "sweep": [(1.0, 1.0), (NAN,), None, tuple(range(9))],
+    }  # fmt: skip
+    corruption = st.sampled_from(sorted(bad)).flatmap(
+        lambda k: st.tuples(st.just(k), st.sampled_from(bad[k]))
+    )
+    return st.tuples(valid, st.lists(corruption, max_size=2)).map(
+        lambda pair: pair[0].with_(**dict(pair[1]))
+    )
+
+
+def test_any_request_gives_outputs_or_a_named_error(engine, sources):
+    reference = sw.SteerRequest(
+        "The ocean is", features=[sw.Feature(sources[1], 11, 60.0)], sweep=(2.0,),
+        n_completion_tokens=6, temperature=0.8, seed=5,
+    )  # fmt: skip
+    engine.clear_caches()
+    before = {k: c.token_ids for k, c in engine.steer(reference).outputs.items()}
+    seen = {"ok": 0, "error": 0}
+
+    @settings(
+        max_examples=40, deadline=None, derandomize=True, database=None,
+        suppress_health_check=list(HealthCheck),
+    )  # fmt: skip
+    @given(requests(sources))
+    def check(request):
+        try:
+            result = engine.steer(request)
+        except (sw.RequestError, sw.SourceError) as err:
+            assert str(err) and (getattr(err, "field", None) or getattr(err, "source", None))
+            seen["error"] += 1
+            return
+        assert list(result.outputs) == list(output_multipliers(request))
+        for completion in result.outputs.values():
+            assert 1 <= len(completion.token_ids) <= request.n_completion_tokens
+            assert completion.stop in ("eos", "length")
+        seen["ok"] += 1
+
+    check()
+    assert seen["ok"] >= 3 and seen["error"] >= 3, seen  # both branches were exercised
+    again = {k: c.token_ids for k, c in engine.steer(reference).outputs.items()}  # DEFAULT cached
+    engine.clear_caches()
+    fresh = {k: c.token_ids for k, c in engine.steer(reference).outputs.items()}
+    assert again == before and fresh == before
