@@ -6,7 +6,7 @@ PIP     := $(BIN)/pip install --disable-pip-version-check -c constraints.txt
 STAMP   := $(VENV)/.installed
 BROWSER := $(VENV)/.browser
 
-.PHONY: install lab test test-fast test-ipywidgets7 lint bench clean
+.PHONY: install lab test test-fast test-ipywidgets7 screenshots lint bench clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -47,6 +47,11 @@ test-fast: $(STAMP)
 # The widget tests again under ipywidgets 7.7 (what Colab ships), in a venv layered on .venv.
 test-ipywidgets7: install
 	OMP_NUM_THREADS=1 scripts/ipywidgets7.sh
+
+# The README's explorer images (light, dark, narrow), regenerated on purpose: the browser test
+# writes screenshots only to its temporary folder unless SW_SCREENSHOT_DIR names another.
+screenshots: install
+	SW_SCREENSHOT_DIR=$(CURDIR)/docs HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q tests/test_browser.py -p no:cacheprovider
 
 lint: install
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .

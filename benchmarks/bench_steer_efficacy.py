@@ -65,7 +65,7 @@ def steered_rows(engine, prompt, configs: dict) -> dict:
         )
         for name, cfg in configs.items()
     }
-    return engine.steer_batch(requests)
+    return {name: r.outputs["STEERED"] for name, r in engine.steer_batch(requests).items()}
 
 
 def evaluate(engine, concepts: dict, names: list[str], prompts: list, sources: list) -> dict:
@@ -75,6 +75,9 @@ def evaluate(engine, concepts: dict, names: list[str], prompts: list, sources: l
     rows = []
     for name in names:
         forms = concepts[name]
+        hooks = [engine.saes.config(s).hook_name for s in sources]
+        hooks.append(engine.concepts.default_hook())
+        engine.concepts.means(engine.concepts.examples(name), hooks)  # one pass for all hooks
         vec = engine.concept_vector(name)
         matches = {s: engine.search_features(name, sources=[s], n=1)[0] for s in sources}
         best = max(matches.values(), key=lambda m: m.score)

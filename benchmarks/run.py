@@ -38,12 +38,21 @@ def main(argv: list[str] | None = None) -> dict:
         figures["bench_seconds"] = round(time.perf_counter() - start, 1)
         results[name] = figures
         print(f"\n== {name}")
-        for key, value in figures.items():
+        for key, value in _flat(figures, name):
             shown = f"{value:.4g}" if isinstance(value, float) else value
-            print(f"  {name}.{key:<32} {shown}")
+            print(f"  {key:<40} {shown}")
     if args.json:
         args.json.write_text(json.dumps(results, indent=2, default=str))
     return results
+
+
+def _flat(figures: dict, prefix: str):
+    """``(dotted key, value)`` pairs; nested dicts (one per architecture, say) flattened."""
+    for key, value in figures.items():
+        if isinstance(value, dict):
+            yield from _flat(value, f"{prefix}.{key}")
+        else:
+            yield f"{prefix}.{key}", value
 
 
 if __name__ == "__main__":

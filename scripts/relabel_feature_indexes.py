@@ -21,7 +21,12 @@ sys.path.insert(0, str(REPO))
 
 def main() -> None:
     import steer_widgets as sw
-    from steer_widgets.feature_index import INDEX_FILE, feature_label, top_output_tokens
+    from steer_widgets.feature_index import (
+        INDEX_FILE,
+        feature_label,
+        final_norm_weight,
+        top_output_tokens,
+    )
 
     engine = sw.Engine.default()
     runtime = engine.model.runtime
@@ -30,7 +35,7 @@ def main() -> None:
         data = json.loads(gzip.decompress(path.read_bytes()))
         with engine.saes.using(source) as (sae,):
             tokens = top_output_tokens(
-                sae.W_dec, runtime.unembed_weight.T, engine.tokenizer.hf, runtime.final_norm
+                sae.W_dec, runtime.unembed_weight.T, engine.tokenizer.hf, final_norm_weight(runtime)
             )
         for f, (top, bottom) in zip(data["features"], tokens, strict=True):
             f["top_tokens"], f["bottom_tokens"] = top, bottom

@@ -675,7 +675,7 @@ def evaluate_layer(args, model, layer: int, heldout_acts: torch.Tensor, ids, bas
 def build_index(args, model, layer: int, data, heldout_acts: torch.Tensor) -> dict:
     from sae_lens import SAE
 
-    from steer_widgets.feature_index import feature_label, logit_lens
+    from steer_widgets.feature_index import feature_label, final_norm_weight, logit_lens
 
     out_path = args.out_dir / source_name(layer) / "feature_index.json.gz"
     marker = args.work_dir / f"index_L{layer}.json"
@@ -710,7 +710,7 @@ def build_index(args, model, layer: int, data, heldout_acts: torch.Tensor) -> di
         top_v, top_s = seq_max.topk(5, dim=0)  # [5, d_sae]: strongest sequences per feature
         # logit lens of each decoder direction through the final norm and the unembedding
         top_tok, bottom_tok = logit_lens(
-            sae.W_dec, model.runtime.unembed_weight.T, model.runtime.final_norm, 10
+            sae.W_dec, model.runtime.unembed_weight.T, final_norm_weight(model.runtime), 10
         )
         # context windows: re-encode every sequence that is needed
         need: dict[int, list[tuple[int, int]]] = {}

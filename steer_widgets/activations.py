@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from .errors import RequestError
+from .runtime import hook_layer
 
 DEFAULT_CACHE_BYTES = 64 * 2**20
 
@@ -207,10 +208,10 @@ def residuals(
 
 
 def _layer(hook: str) -> int:
-    try:
-        return int(hook.split(".")[1])
-    except (IndexError, ValueError):
-        raise RequestError("source", f"hook {hook!r} is not a blocks.L hook") from None
+    layer = hook_layer(hook)
+    if layer is None:
+        raise RequestError("source", f"hook {hook!r} is not a blocks.L hook")
+    return layer
 
 
 def max_outside_special(values: Tensor, special: Sequence[bool]) -> tuple[float, int | None]:

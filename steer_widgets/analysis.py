@@ -12,10 +12,12 @@ import json
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
+from numbers import Integral
 
 import torch
 from torch import Tensor
 
+from . import checks
 from .activations import (
     FeatureActivations,
     ResidualCache,
@@ -26,7 +28,7 @@ from .activations import (
     residuals,
 )
 from .errors import RequestError
-from .feature_index import FeatureIndex, top_output_tokens
+from .feature_index import FeatureIndex, final_norm_weight, top_output_tokens
 from .model import LoadedModel
 from .results import Completion
 from .sae_store import SAEStore
@@ -104,6 +106,7 @@ class Analysis:
 
     def activations(self, prompt, source: str, index: int, completion=None) -> FeatureActivations:
         """One feature over a prompt (and optional completion): per-token values and max."""
+        self.saes.check_index(source, index)  # None would mean "all"
         text = self.text(prompt, completion)
         values = self.feature_values(text, source, index)
         top, pos = max_outside_special(values, text.special)
@@ -179,7 +182,7 @@ class Analysis:
                             sae.W_dec,
                             runtime.unembed_weight.T,
                             self.tokenizer.hf,
-                            getattr(runtime, "final_norm", None),
+                            final_norm_weight(runtime),
                         )
 
                 index = FeatureIndex.load(source, cfg.folder, tokens)
@@ -188,8 +191,7 @@ class Analysis:
 
 
 def _check_count(name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise RequestError(name, f"must be an integer >= 1, got {value!r}")
+    checks.integer(name, value, lo=1)
 
 
 def _positions(text: Text, positions: Sequence[int] | None) -> list[int]:
@@ -201,7 +203,9 @@ def _positions(text: Text, positions: Sequence[int] | None) -> list[int]:
         chosen = list(positions)
     except TypeError:
         raise RequestError("positions", f"must be a list of integers, got {positions!r}") from None
-    bad = [p for p in chosen if isinstance(p, bool) or not isinstance(p, int) or not -n <= p < n]
+    bad = [
+        p for p in chosen if isinstance(p, bool) or not isinstance(p, Integral) or not -n <= p < n
+    ]
     if bad or not chosen:
         raise RequestError("positions", f"must be non-empty and within the text: {bad}")
     return chosen

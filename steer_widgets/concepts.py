@@ -40,12 +40,13 @@ EXAMPLE_TEMPLATES = (
 SAMPLES_PER_TEMPLATE = 3
 EXAMPLE_TOKENS = 40
 EXAMPLE_TEMPERATURE = 0.8
-# Measured on the dev half of benchmarks/data/steer_concepts.json (see README, steer_efficacy):
-# the layer where concept vectors steer best, as a fraction of depth, and the strengths (in
-# typical residual norms) that change the text while it stays fluent.
-CONCEPT_DEPTH = 0.4
-VECTOR_STRENGTH = 1.0
-FEATURE_STRENGTH = 1.0
+# Measured on the dev half of benchmarks/data/steer_concepts.json with scripts/tune_steering.py
+# (README, "Steering efficacy"): the layer where concept vectors steered best at a fluency
+# cost near 1 nat (layer 9 of SmolLM2's 30; layers 6-18 tried), as a fraction of depth, and
+# the strengths in typical residual norms (0.15-0.5 tried; 1.0 wrecks the text).
+CONCEPT_DEPTH = 0.31
+VECTOR_STRENGTH = 0.35
+FEATURE_STRENGTH = 0.5
 
 Prompt = str | Sequence[dict]
 
@@ -219,6 +220,9 @@ class Concepts:
         return {h: self._cache[(key, h)] for h in hooks}
 
     # -- the public tools ------------------------------------------------------------------
+    def feature_strength(self, hook: str) -> float:
+        return round(FEATURE_STRENGTH * self.typical_norm(hook), 2)
+
     def default_hook(self) -> str:
         n = self.engine.model.runtime.cfg.n_layers
         return f"blocks.{round(CONCEPT_DEPTH * (n - 1))}.hook_resid_post"
@@ -256,7 +260,7 @@ class Concepts:
             with saes.using(source) as (sae,):
                 cos = rank_by_direction(sae.W_dec, d)
             top = cos.topk(min(n, cos.numel()))
-            strength = round(FEATURE_STRENGTH * self.typical_norm(hook), 2)
+            strength = self.feature_strength(hook)
             labels = self.engine.feature_index(source)
             for score, i in zip(top.values.tolist(), top.indices.tolist(), strict=True):
                 found.append(FeatureMatch(source, i, score, labels.label(i), strength))
@@ -277,7 +281,7 @@ class Concepts:
         with self.engine.saes.using(source) as (sae,):
             picked = matching_pursuit(sae.W_dec, v, n)
         labels = self.engine.feature_index(source)
-        strength = round(FEATURE_STRENGTH * self.typical_norm(cfg.hook_name), 2)
+        strength = self.feature_strength(cfg.hook_name)
         return FeatureMatches(
             FeatureMatch(source, i, share, labels.label(i), strength) for i, share in picked
         )

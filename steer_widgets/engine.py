@@ -293,6 +293,11 @@ class Engine:
         ``score`` is each feature's share of the vector's length)."""
         return self.concepts.decompose(vector, source, n)
 
+    def default_strength(self, source: str) -> float:
+        """The recommended strength for any feature of ``source``: a fixed fraction of its
+        hook's typical norm (measured on the dev half of the steering benchmark)."""
+        return self.concepts.feature_strength(self.saes.config(source).hook_name)
+
     def typical_norm(self, hook: str) -> float:
         """Median residual norm at ``hook`` on neutral text: the unit strengths are read in."""
         return self.concepts.typical_norm(hook)

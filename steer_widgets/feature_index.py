@@ -107,6 +107,13 @@ class FeatureIndex:
         return (sorted(token_hits, key=by_act) + sorted(context_hits, key=by_act))[:limit]
 
 
+def final_norm_weight(runtime) -> torch.Tensor | None:
+    """The final norm's weight of a runtime (ours keep (weight, bias); TransformerLens folds
+    it into the unembedding, so it has none)."""
+    norm = getattr(runtime, "final_norm", None)
+    return norm[0] if isinstance(norm, tuple) else norm
+
+
 def logit_lens(
     w_dec: torch.Tensor,
     unembed: torch.Tensor,

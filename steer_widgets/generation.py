@@ -21,7 +21,7 @@ from torch import Tensor
 
 from . import checks
 from .errors import RequestError
-from .llama import Llama
+from .runtime import Runtime
 
 RowOp = Callable[[Tensor, int], Tensor]  # (x [1, T, d] of one row, start position) -> new x
 
@@ -70,7 +70,7 @@ class Step:
 
 
 def decode(
-    model: Llama,
+    model: Runtime,
     prompt_ids: Sequence[int],
     rows: Sequence[Row],
     sampling: Sampling,

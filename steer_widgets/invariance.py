@@ -26,11 +26,13 @@ def rows_match_solo(fn, *xs: Tensor) -> bool:
 
 
 def invariant_group_sizes(
-    linears: list, n_heads: int, n_kv_heads: int, d_head: int, device, dtype
+    linears: list, n_heads: int, n_kv_heads: int, d_head: int, device, dtype, attend=None
 ) -> dict[str, int]:
     """Largest m such that every row count 1..m is batch-invariant, per kernel family:
     ``"matmul"`` for each of ``linears`` (callables on [rows, 1, in]) and ``"attention"`` for
-    one decode position attending to caches of several lengths."""
+    one decode position attending to caches of several lengths, through ``attend(q, k, v)``
+    (the runtime's own attention; plain SDPA when not given)."""
+    attend = attend or _attend
     gen = torch.Generator(device="cpu").manual_seed(0)
 
     def rand(*shape: int) -> Tensor:
@@ -45,7 +47,7 @@ def invariant_group_sizes(
                 rand(m, h, n, d_head)
                 for h, n in ((n_heads, 1), (n_kv_heads, length), (n_kv_heads, length))
             )
-            if not rows_match_solo(_attend, q, k, v):
+            if not rows_match_solo(attend, q, k, v):
                 return False
         return True
 

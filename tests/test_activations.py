@@ -119,3 +119,26 @@ def test_bad_input_names_it(engine, sources, args, error, match):
     with pytest.raises(error, match=match):
         engine.activations(*args)
     assert engine.activations(TEXT, sources[0], 1).tokens
+
+
+@pytest.mark.parametrize(
+    ("call", "field"),
+    [
+        (lambda e, s: e.activations(None, s, 1), "prompt"),
+        (lambda e, s: e.activations(TEXT, s, None), "source"),
+        (lambda e, s: e.activations(TEXT, s, True), "source"),
+        (lambda e, s: e.top_features_per_token(TEXT, s, k=0), "k"),
+        (lambda e, s: e.top_features_per_token(TEXT, s, k=True), "k"),
+        (lambda e, s: e.top_features(TEXT, s, n=None), "n"),
+        (lambda e, s: e.top_features(TEXT, s, positions=[True]), "positions"),
+        (lambda e, s: e.top_features(TEXT, s, positions=5), "positions"),
+        (lambda e, s: e.top_features(TEXT, s, rank_by=None), "rank_by"),
+        (lambda e, s: e.neighbours(s, 1, n=-1), "n"),
+        (lambda e, s: e.neighbours(s, 4096), "source"),
+    ],
+)
+def test_bad_analysis_arguments_are_named(engine, sources, call, field):
+    with pytest.raises((sw.RequestError, sw.SourceError)) as info:
+        call(engine, sources[0])
+    err = info.value
+    assert (err.source == sources[0]) if field == "source" else (err.field == field), err

@@ -1,14 +1,20 @@
 """The explorer in a real browser: JupyterLab + Debian Chromium driven by Python playwright.
 
 Starts JupyterLab on 127.0.0.1 with every Jupyter/IPython/XDG folder inside ``tmp_path``,
-opens a notebook that shows the explorer, runs it, moves a strength slider with the keyboard
-and checks that the STEERED pane's text changes in the page. Saves a screenshot.
+opens a notebook that shows the explorer and uses it as a person would: moves a strength
+slider with the keyboard, hovers a heatmap token, stops a long run, empties the prompt, and
+checks the layout at 1400 px and 800 px, light and dark (no horizontal scrollbar inside the
+explorer, no control cut off or outside it, slider tracks wide enough to use).
+
+Screenshots go to ``tmp_path`` only; ``make screenshots`` sets ``SW_SCREENSHOT_DIR=docs`` to
+regenerate the README's images on purpose.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import shutil
 import socket
@@ -97,6 +103,10 @@ def lab(tmp_path):
     ]:
         (tmp_path / sub).mkdir(parents=True, exist_ok=True)
         env[name] = str(tmp_path / sub)
+    # no "get notified about Jupyter news?" popup over the explorer
+    news = tmp_path / "jupyter/lab-settings/@jupyterlab/apputils-extension"
+    news.mkdir(parents=True)
+    (news / "notification.jupyterlab-settings").write_text(json.dumps({"fetchNews": "false"}))
     (tmp_path / "work").mkdir()
     (tmp_path / "work" / "explorer.ipynb").write_text(json.dumps(notebook([SETUP, SHOW])))
     cmd = [
@@ -140,8 +150,11 @@ def steered_text(page) -> str:
 
 
 def steered_done(page) -> bool:
-    head = page.inner_text(f"{STEERED} .sw-head")
-    return "(length)" in head or "(eos)" in head
+    return page.get_attribute(STEERED, "data-stop") in ("length", "eos")
+
+
+def state(page) -> str:
+    return page.get_attribute(".sw-status", "data-state") or ""
 
 
 def wait_until(predicate, timeout: float, what: str) -> None:
@@ -149,6 +162,74 @@ def wait_until(predicate, timeout: float, what: str) -> None:
     while not predicate():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.2)
+
+
+# Everything wrong with the explorer's layout, as a list of strings (empty = fine).
+LAYOUT_PROBLEMS = """() => {
+  const root = document.querySelector('.sw-explorer');
+  const rb = root.getBoundingClientRect();
+  const out = [];
+  const name = (el) => (el.textContent || el.className || el.tagName).trim().slice(0, 40);
+  if (root.scrollWidth > root.clientWidth + 1) out.push(`explorer scrolls: ${root.scrollWidth} > ${root.clientWidth}`);
+  for (const el of root.querySelectorAll('*')) {
+    const cs = getComputedStyle(el);
+    if (['auto', 'scroll'].includes(cs.overflowX) && el.scrollWidth > el.clientWidth + 1)
+      out.push(`horizontal scrollbar in ${el.className}`);
+  }
+  const controls = root.querySelectorAll(
+    'button, .widget-label, .widget-label-basic, .widget-readout, .sw-badge, .sw-head, input, textarea, select');
+  for (const el of controls) {
+    const b = el.getBoundingClientRect();
+    if (b.width === 0 && b.height === 0) continue;  // hidden
+    if (b.right > rb.right + 1 || b.left < rb.left - 1) out.push(`outside the explorer: ${name(el)}`);
+    if (!['INPUT', 'TEXTAREA', 'SELECT'].includes(el.tagName) && el.scrollWidth > el.clientWidth + 1)
+      out.push(`cut off: ${name(el)} (${el.scrollWidth} > ${el.clientWidth})`);
+  }
+  for (const el of root.querySelectorAll('.noUi-target, .slider')) {
+    const b = el.getBoundingClientRect();
+    if (b.width > 0 && b.width < 100) out.push(`slider track only ${Math.round(b.width)} px`);
+  }
+  return out;
+}"""
+
+PANE_COLUMNS = """() => {
+  const panes = [...document.querySelectorAll('.sw-pane')].map(p => p.getBoundingClientRect().left);
+  return new Set(panes.map(Math.round)).size;
+}"""
+
+TEXT_LIGHTNESS = """(sel) => {
+  const [r, g, b] = getComputedStyle(document.querySelector(sel)).color.match(/[0-9.]+/g).map(Number);
+  return (0.2126 * r + 0.7152 * g + 0.0722 * b) / 255;
+}"""
+
+
+def check_layout(page, what: str) -> None:
+    problems = page.evaluate(LAYOUT_PROBLEMS)
+    assert not problems, f"{what}: {problems}"
+
+
+def shoot(page, tmp_path: Path, name: str) -> Path:
+    """Screenshot the explorer's output area into tmp_path (and SW_SCREENSHOT_DIR if set)."""
+    shot = tmp_path / f"{name}.png"
+    page.locator(".jp-OutputArea-output", has=page.locator(".sw-explorer")).screenshot(
+        path=str(shot)
+    )
+    assert shot.stat().st_size > 10_000
+    target = os.environ.get("SW_SCREENSHOT_DIR")
+    if target:
+        Path(target).mkdir(parents=True, exist_ok=True)
+        shutil.copy(shot, Path(target) / shot.name)
+    return shot
+
+
+def commit(page, selector: str, text: str) -> None:
+    """Type into a box whose widget commits on blur (continuous_update=False)."""
+    box = page.locator(selector).first
+    box.fill(text)
+    box.press("Tab")
+
+
+TOKENS_BOX = ".sw-explorer .widget-text:has(.widget-label:text-is('tokens')) input"
 
 
 def test_explorer_in_jupyterlab(lab, tmp_path):
@@ -170,24 +251,70 @@ def test_explorer_in_jupyterlab(lab, tmp_path):
             page.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells')")
             page.wait_for_selector(STEERED, timeout=120_000)
             wait_until(lambda: steered_done(page) and steered_text(page), 120, "first run")
+            wait_until(lambda: page.locator(".sw-heatmap .sw-tok").count() > 0, 60, "heatmap")
+            check_layout(page, "1400 px")
+            assert page.evaluate(PANE_COLUMNS) == 2  # DEFAULT | STEERED side by side
+            shoot(page, tmp_path, "explorer")
             before = steered_text(page)
 
+            # a slider move reruns STEERED
             handle = page.locator(".sw-strength .noUi-handle").first
             handle.focus()
             for _ in range(3):
                 page.keyboard.press("PageUp")  # 5 steps each
             page.keyboard.press("End")  # to +300
             wait_until(lambda: steered_done(page) and steered_text(page) != before, 120, "rerun")
-            after = steered_text(page)
-            assert after and after != before
-            assert page.locator(".sw-heatmap .sw-tok").count() > 0
-            shot = tmp_path / "explorer.png"
-            page.screenshot(path=str(tmp_path / "lab.png"), full_page=True)
-            page.locator(".jp-OutputArea-output", has=page.locator(STEERED)).screenshot(
-                path=str(shot)
+            assert steered_text(page) and state(page) in ("done", "generating")
+
+            # hovering a heatmap token shows its value and top features inside the widget
+            wait_until(lambda: state(page) == "done", 60, "done")
+            toks = page.locator(".sw-heatmap .sw-row[data-label='STEERED'] .sw-tok")
+            toks.filter(has_text=re.compile(r"\w")).first.hover()
+            tip = page.locator(".sw-heatmap .sw-tip")
+            wait_until(lambda: tip.is_visible(), 10, "hover tip")
+            assert "value" in tip.inner_text() and "top features" in tip.inner_text()
+
+            # Stop says stopped
+            commit(page, TOKENS_BOX, "200")
+            wait_until(lambda: state(page) == "generating", 60, "a long run")
+            page.get_by_role("button", name="Stop").click()
+            wait_until(lambda: state(page) == "stopped", 30, "stopped")
+            assert "stopped by you" in page.inner_text(".sw-status .sw-badge")
+            commit(page, TOKENS_BOX, "12")
+            wait_until(lambda: state(page) == "done", 120, "back to 12 tokens")
+
+            # an empty prompt: an error, no "generating" left over, panes marked stale
+            commit(page, ".sw-explorer textarea", "")
+            wait_until(lambda: state(page) == "error", 60, "empty-prompt error")
+            assert "prompt" in page.inner_text(".sw-status .sw-error")
+            assert page.locator(".sw-completions .sw-stale-note").is_visible()
+            commit(page, ".sw-explorer textarea", "I think that")
+            wait_until(lambda: state(page) == "done", 120, "prompt back")
+            assert not page.locator(".sw-completions .sw-stale-note").is_visible()
+
+            # narrow (a Colab-like width, no file browser open): wraps, nothing cut off
+            page.evaluate("window.jupyterapp.shell.collapseLeft()")
+            page.set_viewport_size({"width": 800, "height": 1600})
+            page.wait_for_timeout(1000)
+            check_layout(page, "800 px")
+            width = page.evaluate("document.querySelector('.sw-explorer').clientWidth")
+            if width < 680:  # below about 700 px the panes stack in one column
+                assert page.evaluate(PANE_COLUMNS) == 1, width
+            shoot(page, tmp_path, "explorer-narrow")
+
+            # dark theme: the theme's colours reach the widgets
+            light = page.evaluate(TEXT_LIGHTNESS, f"{STEERED} .sw-text")
+            page.set_viewport_size({"width": 1400, "height": 1400})
+            page.evaluate(
+                "window.jupyterapp.commands.execute('apputils:change-theme',"
+                " {theme: 'JupyterLab Dark'})"
             )
-            assert shot.stat().st_size > 10_000
-            (REPO / "docs").mkdir(exist_ok=True)
-            shutil.copy(shot, REPO / "docs" / "explorer.png")
+            wait_until(
+                lambda: page.evaluate(TEXT_LIGHTNESS, f"{STEERED} .sw-text") > 0.6, 30, "dark"
+            )
+            assert light < 0.4
+            check_layout(page, "1400 px dark")
+            shoot(page, tmp_path, "explorer-dark")
+            page.screenshot(path=str(tmp_path / "lab.png"), full_page=True)
         finally:
             browser.close()

@@ -161,12 +161,12 @@ def test_layers_split_over_devices_give_the_same_logits(engine):
     """A model larger than one device is split layer-wise; here two 'devices' are the CPU."""
     from safetensors.torch import load_file
 
-    from steer_widgets.llama import Llama, place_layers
+    from steer_widgets.transformer import Transformer, place_layers
 
     assert place_layers(["cuda:0", "cuda:1"], 4) == [
         torch.device(d) for d in ("cuda:0",) * 2 + ("cuda:1",) * 2
     ]
     state = load_file(engine.model.source_dir / "model.safetensors")
-    split = Llama(engine.model.runtime.cfg, state, device=["cpu", "cpu"])
+    split = Transformer(engine.model.runtime.cfg, state, device=["cpu", "cpu"])
     ids = torch.tensor([engine.tokenizer.encode("Split me across devices").ids])
     assert torch.equal(split.forward(ids), engine.model.runtime.forward(ids))

@@ -4,6 +4,8 @@ the engine is exactly as it was afterwards (a reference request gives the same t
 from __future__ import annotations
 
 import math
+import os
+import tempfile
 
 import torch
 from hypothesis import HealthCheck, given, settings
@@ -12,6 +14,10 @@ from hypothesis import strategies as st
 import steer_widgets as sw
 from steer_widgets.steering import output_multipliers
 
+# Hypothesis keeps a cache in ./.hypothesis unless told otherwise: never in the work tree.
+os.environ.setdefault(
+    "HYPOTHESIS_STORAGE_DIRECTORY", os.path.join(tempfile.gettempdir(), "steer_widgets-hypothesis")
+)
 HOOK = "blocks.3.hook_resid_post"
 NAN = math.nan
 

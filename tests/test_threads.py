@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import threading
 
+import pytest
+
 import steer_widgets as sw
 
 TEXTS = ["The Eiffel Tower in Paris", "Rivers of France and Spain", "I think that"]
@@ -27,6 +29,7 @@ def tokens(result):
     return {k: c.token_ids for k, c in result.outputs.items()}
 
 
+@pytest.mark.filterwarnings("ignore:SAE store holds")  # pinned SAEs may exceed it for a moment
 def test_concurrent_requests_equal_their_solo_results(engine, sources):
     one_sae = engine.saes.config(sources[0]).nbytes()
     shared = sw.Engine(engine.model, sae_budget_bytes=int(1.5 * one_sae))  # forces evictions

@@ -20,6 +20,7 @@ WHEEL = f"steer_widgets-{version('steer_widgets')}-py3-none-any.whl"
 DATA = [
     "steer_widgets/py.typed",
     "steer_widgets/saes/quality.json",
+    "steer_widgets/data/neutral.json",
     "steer_widgets/saes/10-smollm2-res-4k/cfg.json",
     "steer_widgets/saes/10-smollm2-res-4k/sae_weights.safetensors",
     "steer_widgets/saes/10-smollm2-res-4k/feature_index.json.gz",

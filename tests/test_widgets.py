@@ -7,6 +7,7 @@ what the panes show, what the engine was asked to do, and that errors stay in th
 from __future__ import annotations
 
 import os
+import threading
 import time
 
 import pytest
@@ -52,8 +53,11 @@ def test_pick_feature_move_slider_steered_changes_default_does_not_regenerate(en
     assert [i.index for i in infos] == [7]
     add_button = ex.picker.results.children[0].children[0]
     add_button.click()
-    info = engine.feature_index(source)[7]
-    assert ex.features == [sw.Feature(source, 7, float(info.max_act or 40.0))]
+    strength = engine.default_strength(source)  # a fraction of the hook's typical norm
+    assert ex.features == [sw.Feature(source, 7, strength)]
+    slider = ex.features_ui.rows[0].slider
+    norm = engine.typical_norm(engine.saes.config(source).hook_name)
+    assert 0 < strength < norm and slider.max == pytest.approx(2 * norm) == -slider.min
     assert ex.wait(120), ex.status
     assert set(ex.outputs) == {"DEFAULT", "STEERED"}
 
@@ -82,7 +86,7 @@ def test_pick_feature_move_slider_steered_changes_default_does_not_regenerate(en
         for i, (a, b) in enumerate(zip(steered.token_ids, default.token_ids, strict=False))
         if a != b
     )
-    assert ex.completions.pane("DEFAULT")["diverge"] == diverge
+    assert ex.completions.pane("DEFAULT")["diverge"] == -1  # only steered panes mark a split
     assert "done" in ex.status and not ex.error
 
 
@@ -138,23 +142,29 @@ def test_errors_show_in_status_and_explorer_stays_usable(engine, source):
     d_sae = engine.saes.config(source).d_sae
     assert ex.add_feature(source, d_sae + 5) == -1
     assert "out of range" in ex.status and str(d_sae + 5) in ex.status
-    assert "out of range" in ex.status_html.value
+    assert "out of range" in ex.status_line.error
     assert ex.add_feature("no-such-sae", 1) == -1
     assert "no-such-sae" in ex.status
 
+    shown = ex.completions.text("STEERED")
     ex.set(prompt="")
     assert ex.wait(120)
     assert "prompt" in ex.error and "empty" in ex.error
-    assert "prompt" in ex.status_html.value
+    # the error replaces the run's state (no "generating"/"loading" line left on top of it)
+    assert ex.status_line.state == "error" and not ex.status_line.message
+    # the panes keep the previous run's text and say so
+    assert ex.completions.text("STEERED") == shown and "last good run" in ex.completions.stale
 
     ex.set(prompt="The weather today")
     assert ex.wait(120), ex.status
     assert not ex.error and ex.outputs["DEFAULT"].token_ids
     assert ex.request_done.prompt == "The weather today"
+    assert ex.completions.stale == "" and ex.status_line.state == "done"
 
 
 def test_sweep_view_and_frame(engine, source):
-    ex = make(engine, features=[(source, 2, 50.0)], sweep=(-1, 2), n_completion_tokens=6)
+    # x1 repeats STEERED itself (multiplier 1): it is not a row of its own
+    ex = make(engine, features=[(source, 2, 50.0)], sweep=(-1, 1, 2, 2), n_completion_tokens=6)
     labels = ["DEFAULT", "STEERED", "STEERED*-1", "STEERED*2"]
     assert list(ex.outputs) == labels
     assert [p["label"] for p in ex.completions.panes] == labels
@@ -245,3 +255,182 @@ def _descendants(widget):
             items = value if isinstance(value, (list, tuple)) else [value]
             todo += [v for v in items if isinstance(v, ipywidgets.Widget)]
     return seen
+
+
+def test_values_set_from_python_are_honoured_or_refused_never_clamped(engine, source):
+    ex = make(engine, features=[(source, 1, 30.0)], live=False)
+    tokens = ex.controls.widgets["n_completion_tokens"]
+    multiplier = ex.controls.widgets["strength_multiplier"]
+    ex.set(n_completion_tokens=500, strength_multiplier=-2.5, temperature=3.5)
+    assert ex.request().n_completion_tokens == 500 and tokens.value == 500
+    assert multiplier.value == -2.5 and multiplier.min <= -2.5  # the slider widened
+    assert ex.controls.widgets["temperature"].value == 3.5
+    assert ex.request().strength_multiplier == -2.5 and not ex.error
+
+    ex.set(n_completion_tokens=0, temperature=-1, seed=1.5, steer_method="NOPE")
+    assert tokens.value == 500 and ex.controls.widgets["temperature"].value == 3.5
+    assert "n_completion_tokens" in ex.error or "steer_method" in ex.error  # the last refusal
+    for name in ("n_completion_tokens", "temperature", "seed", "steer_method"):
+        with pytest.raises(sw.RequestError, match=name):
+            ex.controls.set(name, {"n_completion_tokens": 0, "temperature": -1}.get(name, 1.5))
+
+    ex.set_strength(0, 1000.0)
+    slider = ex.features_ui.rows[0].slider
+    assert slider.value == 1000.0 and slider.max >= 1000.0
+    assert ex.features[0].strength == 1000.0
+    ex.set_strength(0, float("nan"))
+    assert slider.value == 1000.0 and "strength" in ex.error
+    with pytest.raises(TypeError, match="unknown setting"):
+        ex.set(no_such_setting=1)
+
+
+def test_stop_says_stopped_and_a_new_change_says_replaced(engine, source):
+    ex = make(engine, features=[(source, 3, 60.0)], n_completion_tokens=48)
+    ex.set_strength(0, 90.0)
+    wait_for(lambda: ex.status_line.state == "generating" and "/48" in ex.status)
+    ex.stop()
+    assert ex.wait(120), ex.status
+    assert ex.status_line.state == "stopped" and "stopped by you" in ex.status
+    assert ex.history[-1]["cancel_reason"] == "stopped"
+    steered = ex.completions.pane("STEERED")
+    assert steered["stop"] == "cancelled" and len(steered["tokens"]) < 48
+
+    ex.set_strength(0, 100.0)
+    wait_for(lambda: ex.status_line.state == "generating" and "/48" in ex.status)
+    first = ex.last_run
+    ex.set_strength(0, -100.0)
+    assert ex.wait(120), ex.status
+    assert first["cancel_reason"] == "replaced"
+    assert ex.status_line.state == "done"
+    # the heatmap follows the panes: it shows the final STEERED tokens
+    rows = {r["label"]: r for r in ex.heatmap.rows}
+    assert "".join(rows["STEERED"]["tokens"]) == ex.completions.text("STEERED")
+
+
+def test_record_view_closes_on_change_and_panes_go_stale_when_not_live(engine, source):
+    ex = make(engine, features=[(source, 4, 40.0)], live=False)
+    ex.run()
+    assert ex.wait(120), ex.status
+    ex._toggle_record()
+    assert ex.record_box.layout.display is None and '"request"' in ex.record_box.value
+    ex.set(seed=99)
+    assert ex.record_box.layout.display == "none"
+    assert "press Run" in ex.completions.stale and "press Run" in ex.heatmap.stale
+    ex.run()
+    assert ex.wait(120)
+    assert ex.completions.stale == "" and ex.heatmap.stale == ""
+    assert ex.request_done.seed == 99
+
+
+def test_search_by_hash_index_and_hints_for_nothing_found(engine, source):
+    ex = make(engine, live=False)
+    assert [i.index for i in ex.picker.search("#12")] == [12]
+    d_sae = engine.saes.config(source).d_sae
+    assert ex.picker.search(f"#{d_sae + 1}") == []
+    assert f"#0..#{d_sae - 1}" in ex.picker.message.value
+    assert ex.picker.search("qqzzxxv") == []
+    assert "no feature mentions" in ex.picker.message.value
+    if ex.picker.steering_thread is not None:  # features that steer toward it, ranked anyway
+        ex.picker.steering_thread.join(300)
+    # another SAE reruns the same query (Enter keeps working on the same text)
+    ex.picker.query.value = "#12"
+    other = [s for s in engine.saes.sources() if s != ex.picker.source.value]
+    if other:
+        ex.picker.source.value = other[0]
+        assert "#12" in ex.picker.message.value and other[0] in ex.picker.message.value
+        assert len(ex.picker.results.children) == 1
+
+
+def test_heatmap_runs_beside_the_runner_and_its_lag_is_recorded(engine, source):
+    ex = make(engine, features=[(source, 5, 40.0)], n_completion_tokens=12)
+    run = ex.last_run
+    assert run["heat_at"] >= run["last_token_at"]
+    threads = []
+    original = ex.heat._compute
+    ex.heat._compute = lambda job, epoch: (
+        threads.append(threading.current_thread()),
+        original(job, epoch),
+    )
+    ex.set_strength(0, 70.0)
+    assert ex.wait(120), ex.status
+    assert threads and all(t.name != ex.runner._thread.name for t in threads)
+
+
+def test_saved_view_loads_into_a_new_explorer_with_the_same_tokens(engine, source, tmp_path):
+    from steer_widgets.widgets.views import same_tokens
+
+    ex = make(engine, features=[(source, 6, 70.0)], sweep=(2,), temperature=0.8, seed=7, chat=True)
+    path = tmp_path / "view.json"
+    view = ex.save_view(path)
+    assert view["outputs_match_request"] and set(view["outputs"]) == set(ex.outputs)
+    loaded = Explorer.load_view(path, engine)
+    assert loaded.wait(120), loaded.status
+    assert same_tokens(loaded)
+    assert loaded.request() == ex.request()
+
+
+def test_feature_card_shows_tokens_contexts_neighbours_and_steers(engine, source):
+    import html
+
+    ex = make(engine, live=False)
+    ex.picker.search("#12")
+    ex.picker.results.children[0].children[2].click()  # the result's "card" button
+    card = ex.picker.card
+    info = engine.feature_index(source)[12]
+    assert card.shown == (source, 12) and card.ui.layout.display is None
+    assert html.escape(repr(info.top_tokens[0])) in card.body.value
+    assert html.escape(engine.feature_index(source).label(12)) in card.body.value
+    if info.bottom_tokens:  # indexes built with the final-norm logit lens carry them
+        assert html.escape(repr(info.bottom_tokens[0])) in card.body.value
+    if info.contexts:  # shipped index: contexts with the max token outlined
+        assert card.body.value.count("outline") == min(3, len(info.contexts))
+    near = engine.neighbours(source, 12, n=6)
+    buttons = card.neighbours.children[1:]
+    assert [b.description for b in buttons] == [f"#{i} ({c:.2f})" for i, c in near]
+    buttons[0].click()  # a neighbour opens its own card
+    assert card.shown == (source, near[0][0])
+    card.steer.click()
+    assert ex.features == [sw.Feature(source, near[0][0], engine.default_strength(source))]
+    ex.features_ui.rows[0].box.children[3].click()  # the row's own "card" button
+    assert card.shown == (source, near[0][0])
+
+
+def test_concept_row_steers_like_the_same_direction_as_a_feature(engine, source, tmp_path):
+    hook = engine.saes.config(source).hook_name
+    row = engine.saes.decoder_row(source, 7)
+    ex = make(engine, live=False, temperature=0.0)
+    assert ex.add_concept("row 7", sw.Vector(row, hook, 60.0)) == 0
+    ex.run()
+    assert ex.wait(120), ex.status
+    assert ex.request().vectors[0].strength == 60.0 and not ex.request().features
+    want = engine.steer(ex.request().with_(vectors=(), features=(sw.Feature(source, 7, 60.0),)))
+    assert ex.outputs["STEERED"].token_ids == want.outputs["STEERED"].token_ids
+    # a saved view carries the concept and reproduces the tokens
+    from steer_widgets.widgets.views import same_tokens
+
+    ex.save_view(tmp_path / "v.json")
+    loaded = Explorer.load_view(tmp_path / "v.json", engine)
+    assert loaded.wait(120) and same_tokens(loaded)
+    assert loaded.features_ui.rows[0].name == "row 7"
+
+
+def test_picker_finds_steering_features_and_adds_a_concept(engine, source):
+    ex = make(engine, live=False, n_completion_tokens=6)
+    ex.picker.query.value = "music"  # what typing and Enter do
+    ex.picker.steering_thread.join(300)
+    want = engine.search_features("music", sources=[source], n=ex.picker.limit)
+    rows = ex.picker.steering_results.children
+    assert [r.children[0].description for r in rows] == [f"+ #{m.index}" for m in want]
+    assert "steer toward &#x27;music&#x27;" in ex.picker.steering_message.value
+    rows[0].children[0].click()  # "+": the feature at its recommended strength
+    assert ex.features == [sw.Feature(source, want[0].index, want[0].strength)]
+
+    ex.picker.concept.value = "music"
+    ex.picker.concept_button.click()
+    vector = engine.concept_vector("music")
+    concept = ex.request().vectors[0]
+    assert concept.hook == vector.hook and concept.strength == vector.strength
+    assert ex.features_ui.rows[1].name == "music"
+    ex.run()
+    assert ex.wait(120) and not ex.error, ex.status
+    assert "STEERED" in ex.outputs

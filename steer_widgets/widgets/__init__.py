@@ -5,5 +5,6 @@ from .explorer import Explorer
 from .heatmap import Heatmap
 from .picker import FeaturePicker
 from .runner import Runner
+from .status import StatusLine
 
-__all__ = ["Completions", "Explorer", "FeaturePicker", "Heatmap", "Runner"]
+__all__ = ["Completions", "Explorer", "FeaturePicker", "Heatmap", "Runner", "StatusLine"]

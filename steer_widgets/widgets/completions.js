@@ -1,39 +1,50 @@
-// Side-by-side completions: one pane per output (DEFAULT, STEERED, sweep rows).
-// Runs in the browser from the widget's saved state, so a static HTML export still shows it.
-const STYLE = `
-.sw-completions { font-family: var(--jp-content-font-family, sans-serif); }
-.sw-completions .sw-grid { display: grid; grid-template-columns: repeat(2, minmax(0, 1fr)); gap: 8px; }
-.sw-completions .sw-pane { border: 1px solid rgba(128,128,128,0.4); border-radius: 4px; padding: 6px; min-height: 3em; }
-.sw-completions .sw-head { font-weight: 600; font-size: 0.85em; margin-bottom: 4px; opacity: 0.85; }
-.sw-completions .sw-prompt { opacity: 0.6; }
-.sw-completions .sw-text { white-space: pre-wrap; word-break: break-word; line-height: 1.45; }
-.sw-completions .sw-div { background: rgba(255, 165, 0, 0.22); }
-.sw-completions .sw-div-first { background: rgba(255, 120, 0, 0.55); outline: 1px solid rgba(255,120,0,0.9); }
-.sw-completions .sw-special { opacity: 0.45; font-size: 0.8em; }
-.sw-completions .sw-empty { opacity: 0.5; font-style: italic; }
-`;
+// Side-by-side completions: one pane per output (DEFAULT, STEERED, sweep rows x-2, x4, ...).
+// Only steered panes mark where they split from DEFAULT. Runs from the widget's saved state,
+// so a static HTML export still shows it.
+const STOPS = { length: "hit token limit", eos: "ended", cancelled: "stopped" };
+
+function title(label) {
+  return label.startsWith("STEERED*") ? `STEERED x${label.slice(8)}` : label;
+}
+
+function state(p) {
+  const bits = [];
+  if (p.stop) bits.push(STOPS[p.stop] || p.stop);
+  else if (p.streaming) bits.push("generating…");
+  if (p.label !== "DEFAULT" && p.tokens.length) {
+    if (p.diverge > 0) bits.push(`same as DEFAULT for ${p.diverge} tokens, then splits`);
+    else if (p.diverge === 0) bits.push("differs from DEFAULT from the first token");
+    else if (p.stop) bits.push("same as DEFAULT");
+  }
+  return bits.join(" · ");
+}
 
 function pane(p) {
   const box = document.createElement("div");
   box.className = "sw-pane";
   box.dataset.label = p.label;
+  box.dataset.stop = p.stop || "";
   const head = document.createElement("div");
   head.className = "sw-head";
-  let state = p.stop ? ` (${p.stop})` : p.streaming ? " …" : "";
-  if (p.diverge >= 0) state += ` · departs at token ${p.diverge}`;
-  head.textContent = p.label + state;
+  const name = document.createElement("span");
+  name.textContent = title(p.label);
+  const st = document.createElement("span");
+  st.className = "sw-state";
+  st.textContent = state(p);
+  head.append(name, st);
   const body = document.createElement("div");
   body.className = "sw-text";
   if (!p.tokens.length && p.note) {
     body.classList.add("sw-empty");
     body.textContent = p.note;
   }
+  const split = p.label !== "DEFAULT" ? p.diverge : -1;
   p.tokens.forEach((t, i) => {
     const span = document.createElement("span");
     span.textContent = t;
     const cls = [];
     if (p.special && p.special[i]) cls.push("sw-special");
-    if (p.diverge >= 0 && i >= p.diverge) cls.push(i === p.diverge ? "sw-div-first" : "sw-div");
+    if (split >= 0 && i >= split) cls.push(i === split ? "sw-split-first" : "sw-split");
     if (cls.length) span.className = cls.join(" ");
     body.appendChild(span);
   });
@@ -43,19 +54,22 @@ function pane(p) {
 
 function render({ model, el }) {
   el.classList.add("sw-completions");
-  const style = document.createElement("style");
-  style.textContent = STYLE;
+  const note = document.createElement("div");
+  note.className = "sw-stale-note";
   const prompt = document.createElement("div");
   prompt.className = "sw-prompt sw-text";
   const grid = document.createElement("div");
   grid.className = "sw-grid";
-  el.append(style, prompt, grid);
+  el.append(note, prompt, grid);
   const draw = () => {
-    prompt.textContent = model.get("prompt");
+    const stale = model.get("stale");
+    el.classList.toggle("sw-stale", !!stale);
+    note.textContent = stale ? `stale: ${stale}` : "";
+    const text = model.get("prompt");
+    prompt.textContent = text ? `prompt: ${text}` : "";
     grid.replaceChildren(...model.get("panes").map(pane));
   };
-  model.on("change:panes", draw);
-  model.on("change:prompt", draw);
+  for (const name of ["panes", "prompt", "stale"]) model.on(`change:${name}`, draw);
   draw();
 }
 

@@ -1,37 +1,41 @@
-"""Side-by-side completions (DEFAULT, STEERED, sweep rows) with the divergence marked.
+"""Side-by-side completions (DEFAULT, STEERED, sweep rows) with the split from DEFAULT marked.
 
-An anywidget: panes are plain traitlets, drawn in the browser, so they stream live in a
-kernel session and still render in a static HTML export.
+An anywidget: panes are typed traitlets drawn in the browser, so they stream live in a
+kernel session and still render in a static HTML export. ``build_panes`` turns a streaming
+frame into panes; the widget only draws them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import anywidget
 import traitlets
 
-_ESM = (Path(__file__).parent / "completions.js").read_text()
+from ..results import Completion
+
+_HERE = Path(__file__).parent
+TokenOf = Callable[[int], tuple[str, bool]]  # token id -> (text, is special)
 
 
 class Completions(anywidget.AnyWidget):
     """``panes``: ``[{label, tokens, special, diverge, stop, streaming, note}]``.
 
-    ``diverge`` is the first token position where this pane departs from the other side
-    (DEFAULT vs STEERED/sweep), or -1 while they still agree.
+    ``diverge`` is, for a steered pane, the first token position where it departs from
+    DEFAULT (-1 while they agree); DEFAULT's own is always -1. ``stale`` says why the panes
+    no longer match the controls ("" while they do).
     """
 
-    _esm = traitlets.Unicode(_ESM).tag(sync=True)
+    _esm = traitlets.Unicode((_HERE / "completions.js").read_text()).tag(sync=True)
+    _css = traitlets.Unicode((_HERE / "completions.css").read_text()).tag(sync=True)
     prompt = traitlets.Unicode("").tag(sync=True)
-    panes = traitlets.List([]).tag(sync=True)
+    panes = traitlets.List(traitlets.Dict()).tag(sync=True)
+    stale = traitlets.Unicode("").tag(sync=True)
 
     def text(self, label: str) -> str:
         """The text a pane shows (its tokens joined), e.g. ``text("STEERED")``."""
-        for p in self.panes:
-            if p["label"] == label:
-                return "".join(p["tokens"])
-        raise KeyError(label)
+        return "".join(self.pane(label)["tokens"])
 
     def pane(self, label: str) -> dict:
         for p in self.panes:
@@ -52,3 +56,31 @@ def divergence(ids: Sequence[int], reference: Sequence[int], reference_done: boo
     if reference_done and len(ids) > len(reference):
         return len(reference)
     return -1
+
+
+def build_panes(outputs: Mapping[str, Completion], token_of: TokenOf, streaming: bool) -> list:
+    """One pane per output; steered panes carry their split from DEFAULT."""
+    default = outputs.get("DEFAULT")
+    panes = []
+    for label, comp in outputs.items():
+        tokens = [token_of(i) for i in comp.token_ids]
+        diverge = -1
+        if label != "DEFAULT" and default is not None:
+            diverge = divergence(comp.token_ids, default.token_ids, default.stop != "")
+        panes.append(_pane(label, [t for t, _ in tokens], [s for _, s in tokens], diverge))
+        panes[-1].update(stop=comp.stop, streaming=streaming)
+    if "STEERED" not in outputs:
+        panes.append(_pane("STEERED", [], [], -1, note="pick a feature to steer"))
+    return panes
+
+
+def _pane(label: str, tokens: list, special: list, diverge: int, note: str = "") -> dict:
+    return {
+        "label": label,
+        "tokens": tokens,
+        "special": special,
+        "diverge": diverge,
+        "stop": "",
+        "streaming": False,
+        "note": note,
+    }

@@ -1,51 +1,56 @@
-// Activation heatmap: tokens colored by one feature's activation. Hover a token for its value
-// and top features; click it to pin that information below. Everything it needs is in the
-// widget state, so it also renders in a static HTML export without a kernel.
-const STYLE = `
-.sw-heatmap { font-family: var(--jp-content-font-family, sans-serif); }
-.sw-heatmap .sw-title { font-weight: 600; font-size: 0.85em; margin-bottom: 4px; }
-.sw-heatmap .sw-row { display: flex; gap: 8px; margin: 2px 0; align-items: baseline; }
-.sw-heatmap .sw-label { flex: 0 0 5.5em; font-size: 0.8em; opacity: 0.75; }
-.sw-heatmap .sw-toks { white-space: pre-wrap; word-break: break-word; line-height: 1.6; }
-.sw-heatmap .sw-tok { cursor: pointer; border-radius: 2px; }
-.sw-heatmap .sw-tok:hover { outline: 1px solid rgba(128,128,128,0.8); }
-.sw-heatmap .sw-tok.sw-sel { outline: 2px solid rgba(30,120,255,0.9); }
-.sw-heatmap .sw-special { opacity: 0.45; font-size: 0.8em; }
-.sw-heatmap .sw-info { font-size: 0.85em; margin-top: 4px; min-height: 1.2em; font-family: var(--jp-code-font-family, monospace); }
-`;
-
+// Activation heatmap: tokens colored by one feature's activation. Hovering a token shows its
+// value and top features in a tooltip drawn by the widget; clicking pins that information
+// below. Everything it needs is in the widget state, so a static HTML export shows it too.
 function describe(row, i) {
   const v = row.values[i] ?? 0;
   let s = `${JSON.stringify(row.tokens[i])}  value ${v.toFixed(3)}`;
   const top = (row.top && row.top[i]) || [];
-  if (top.length) s += "  · top: " + top.map(([f, a]) => `#${f} ${a.toFixed(2)}`).join(", ");
+  if (top.length) s += "\ntop features: " + top.map(([f, a]) => `#${f} ${a.toFixed(2)}`).join(", ");
   return s;
 }
 
 function render({ model, el }) {
   el.classList.add("sw-heatmap");
-  const style = document.createElement("style");
-  style.textContent = STYLE;
   const title = document.createElement("div");
   title.className = "sw-title";
   const rowsEl = document.createElement("div");
+  rowsEl.className = "sw-rows";
   const info = document.createElement("div");
   info.className = "sw-info";
-  el.append(style, title, rowsEl, info);
+  const tip = document.createElement("div");
+  tip.className = "sw-tip";
+  tip.hidden = true;
+  el.append(title, rowsEl, info, tip);
+
+  const hover = (span, text) => {
+    span.addEventListener("mouseenter", () => {
+      tip.textContent = text;
+      tip.hidden = false;
+      const box = el.getBoundingClientRect();
+      const r = span.getBoundingClientRect();
+      const left = Math.max(0, Math.min(r.left - box.left, box.width - tip.offsetWidth));
+      tip.style.left = `${left}px`;
+      tip.style.top = `${r.bottom - box.top + 4}px`;
+    });
+    span.addEventListener("mouseleave", () => { tip.hidden = true; });
+  };
 
   const draw = () => {
     const rows = model.get("rows");
     const max = model.get("max_value") || 0;
     const [selRow, selPos] = model.get("selected");
-    title.textContent = model.get("title");
+    const stale = model.get("stale");
+    el.classList.toggle("sw-stale", !!stale);
+    title.textContent = model.get("title") + (stale ? ` (stale: ${stale})` : "");
     rowsEl.replaceChildren();
+    tip.hidden = true;
     rows.forEach((row, r) => {
       const line = document.createElement("div");
       line.className = "sw-row";
       line.dataset.label = row.label;
       const label = document.createElement("div");
       label.className = "sw-label";
-      label.textContent = row.label;
+      label.textContent = row.label.startsWith("STEERED*") ? `STEERED x${row.label.slice(8)}` : row.label;
       const toks = document.createElement("div");
       toks.className = "sw-toks";
       row.tokens.forEach((t, i) => {
@@ -58,7 +63,7 @@ function render({ model, el }) {
         span.dataset.value = String(v);
         const a = max > 0 ? Math.max(0, Math.min(1, v / max)) : 0;
         if (a > 0) span.style.background = `rgba(255, 110, 0, ${(0.1 + 0.8 * a).toFixed(3)})`;
-        span.title = describe(row, i);
+        hover(span, describe(row, i));
         span.addEventListener("click", () => {
           model.set("selected", [r, i]);
           model.save_changes();
@@ -71,7 +76,7 @@ function render({ model, el }) {
     const row = rows[selRow];
     info.textContent = row && selPos >= 0 && selPos < row.tokens.length ? describe(row, selPos) : "";
   };
-  for (const name of ["rows", "max_value", "title", "selected"]) model.on(`change:${name}`, draw);
+  for (const name of ["rows", "max_value", "title", "selected", "stale"]) model.on(`change:${name}`, draw);
   draw();
 }
 

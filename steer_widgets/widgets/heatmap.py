@@ -11,7 +11,7 @@ from pathlib import Path
 import anywidget
 import traitlets
 
-_ESM = (Path(__file__).parent / "heatmap.js").read_text()
+_HERE = Path(__file__).parent
 
 
 class Heatmap(anywidget.AnyWidget):
@@ -19,14 +19,16 @@ class Heatmap(anywidget.AnyWidget):
 
     ``rows``: ``[{label, tokens, values, special, top}]`` where ``top[i]`` lists the token's
     strongest features as ``[index, value]`` pairs. ``selected`` is ``[row, position]`` of the
-    clicked token (``[-1, -1]`` for none).
+    clicked token (``[-1, -1]`` for none). Hover shows the same information in the widget.
     """
 
-    _esm = traitlets.Unicode(_ESM).tag(sync=True)
+    _esm = traitlets.Unicode((_HERE / "heatmap.js").read_text()).tag(sync=True)
+    _css = traitlets.Unicode((_HERE / "heatmap.css").read_text()).tag(sync=True)
     title = traitlets.Unicode("").tag(sync=True)
-    rows = traitlets.List([]).tag(sync=True)
+    rows = traitlets.List(traitlets.Dict()).tag(sync=True)
     max_value = traitlets.Float(0.0).tag(sync=True)
-    selected = traitlets.List([-1, -1]).tag(sync=True)
+    selected = traitlets.List(traitlets.Int(), [-1, -1], minlen=2, maxlen=2).tag(sync=True)
+    stale = traitlets.Unicode("").tag(sync=True)  # why the rows no longer match the panes
 
     def show(self, title: str, rows: list[dict]) -> None:
         """Replace the whole heatmap at once (one message to the browser)."""
@@ -35,7 +37,10 @@ class Heatmap(anywidget.AnyWidget):
             self.title = title
             self.rows = rows
             self.max_value = float(peak)
-            self.selected = [-1, -1]
+            self.stale = ""
+            row, pos = self.selected
+            if not 0 <= row < len(rows) or pos >= len(rows[row]["tokens"]):
+                self.selected = [-1, -1]
 
     def token_info(self, row: int, position: int) -> dict:
         """What hovering/clicking a token shows: token, value and its top features."""

@@ -22,10 +22,9 @@ def index():
 
 
 def haystack(info) -> str:
-    return (
-        " ".join(info.top_tokens).lower()
-        + " ".join("".join(c["tokens"]) for c in info.contexts).lower()
-    )
+    """What search looks in: the label, the top output tokens, the top contexts."""
+    contexts = " ".join("".join(c["tokens"]) for c in info.contexts)
+    return f"{info.label} {' '.join(info.top_tokens)} {contexts}".lower()
 
 
 @pytest.mark.parametrize("query", ["france", " the", "war", "Congress"])
@@ -54,3 +53,4 @@ def test_token_only_index_without_shipped_file(tmp_path):
     assert [i.index for i in built.search("franc")] == [0]
     assert built[1].bottom_tokens == (" car",) and built.label(1) == "→ cat, dog"
     assert [i.index for i in built.search("DOG")] == [1] and built[1].contexts == ()
+    assert built.search("car") == []  # bottom tokens are not searched

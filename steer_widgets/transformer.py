@@ -1,0 +1,737 @@
+"""One configurable decoder-only transformer, addressed by TransformerLens hook names.
+
+Why not run TransformerLens or transformers directly: both pay most of a decode step in
+framework overhead on a CPU (TransformerLens copies transposed weights on every call), and
+neither lets us fix the arithmetic shapes that make batched rows bit-identical to solo rows.
+This module is the whole model in the style of gpt-fast and litgpt: fused QKV and gate/up
+weights, a preallocated KV cache, hook points only where a caller registered a function, and
+ONE forward pass whose architecture switches live in ``TransformerConfig`` (built from a
+transformers config by ``TransformerConfig.from_hf_config``):
+
+==============  =====================================================================
+Llama, Mistral  RMSNorm, rotary (Llama 3 / linear scaling), SwiGLU, GQA, sliding window
+Qwen 2 / 3      + q/k/v biases (Qwen 2), per-head q/k RMSNorm (Qwen 3)
+Gemma 2 / 3     embeddings scaled by sqrt(d), (1 + w) RMSNorm in fp32, four norms per
+                block, GeGLU, attention and final logit soft-capping, alternating sliding
+                layers, per-layer-type rotary bases, q/k norms (Gemma 3)
+GPT-2           LayerNorm with bias, learned positions, Conv1D weights, gelu_new, tied
+GPT-NeoX        parallel attention and MLP, partial rotary, per-head interleaved QKV
+==============  =====================================================================
+
+Hook points: ``blocks.{L}.{kind}`` for each kind in ``runtime.HOOK_KINDS`` (a parallel block
+has no ``hook_resid_mid``, as in TransformerLens). ``hook_attn_out`` and ``hook_mlp_out`` are
+taken after Gemma's post-norms, where TransformerLens takes them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from .linear import Linear
+from .runtime import HOOK_KINDS, Hook
+
+# transformers model_type -> weight naming layout
+MODEL_TYPES = {
+    "llama": "llama",
+    "mistral": "llama",
+    "qwen2": "llama",
+    "qwen3": "llama",
+    "gemma2": "gemma",
+    "gemma3_text": "gemma",
+    "gpt2": "gpt2",
+    "gpt_neox": "neox",
+}
+ARCHITECTURES = (  # the transformers classes whose checkpoints we load
+    "LlamaForCausalLM",
+    "MistralForCausalLM",
+    "Qwen2ForCausalLM",
+    "Qwen3ForCausalLM",
+    "Gemma2ForCausalLM",
+    "Gemma3ForCausalLM",
+    "Gemma3ForConditionalGeneration",  # its language model (Gemma 3 4B and larger)
+    "GPT2LMHeadModel",
+    "GPTNeoXForCausalLM",
+)
+STATIC_ROPE_TYPES = ("linear", "llama3", "yarn")  # position-independent inverse frequencies
+ROPE_TABLE = 8192  # rotary positions tabulated up front
+
+
+class UnsupportedModel(NotImplementedError):
+    """The fast runtime cannot run this configuration (``backend="auto"`` then falls back)."""
+
+
+def _gelu_new(x: Tensor) -> Tensor:
+    # transformers' NewGELUActivation, operation for operation
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x.pow(3.0))))
+
+
+ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
+    "silu": F.silu,
+    "swish": F.silu,
+    "gelu": F.gelu,
+    "gelu_new": _gelu_new,
+    "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
+}
+
+
+@dataclass(frozen=True)
+class Rope:
+    """Rotary embedding of one layer type: inverse frequencies (``len * 2`` rotated dims of
+    each head, the rest pass through) and the cos/sin scaling some rope types use."""
+
+    inv_freq: tuple[float, ...]
+    scaling: float = 1.0
+
+
+@dataclass(frozen=True)
+class TransformerConfig:
+    """Sizes plus the architecture switches the one forward pass reads."""
+
+    n_layers: int
+    d_model: int
+    n_heads: int
+    n_kv_heads: int
+    d_head: int
+    d_mlp: int
+    vocab_size: int
+    max_context: int
+    norm_eps: float
+    layout: str = "llama"  # weight names: "llama", "gemma", "gpt2", "neox"
+    norm: str = "rms"  # "rms" or "layer" (LayerNorm with bias)
+    norm_offset: float = 0.0  # Gemma's RMSNorm multiplies by (1 + w)
+    act: str = "silu"
+    gated_mlp: bool = True
+    qk_norm: bool = False  # per-head RMSNorm of q and k before rotary (Qwen 3, Gemma 3)
+    sandwich_norms: bool = False  # norms after attention and MLP too (Gemma)
+    parallel_residual: bool = False  # x + attn(ln1 x) + mlp(ln2 x) (GPT-NeoX)
+    learned_positions: bool = False  # GPT-2
+    embed_scale: float | None = None  # Gemma: sqrt(d_model)
+    attn_scale: float | None = None  # None: 1 / sqrt(d_head)
+    attn_softcap: float | None = None
+    final_softcap: float | None = None
+    windows: tuple[int | None, ...] = ()  # sliding window per layer; () for none
+    ropes: tuple[Rope, ...] = ()  # rotary per layer; () with learned positions
+
+    @classmethod
+    def from_hf_config(cls, hf) -> TransformerConfig:
+        """Our config for a transformers config; ``UnsupportedModel`` when some switch
+        (model type, activation, rope type, ...) is not one we implement."""
+        model_type = getattr(hf, "model_type", None)
+        if model_type == "gemma3":  # the multimodal wrapper: run its language model
+            return cls.from_hf_config(hf.text_config)
+        layout = MODEL_TYPES.get(model_type)
+        if layout is None:
+            raise UnsupportedModel(f"model type {model_type!r} is not one of {sorted(MODEL_TYPES)}")
+        cfg = {"gpt2": _gpt2_config, "neox": _neox_config}.get(layout, _llama_config)(hf)
+        if cfg.act not in ACTIVATIONS:
+            raise UnsupportedModel(f"activation {cfg.act!r} is not one of {sorted(ACTIVATIONS)}")
+        return cfg
+
+
+def _llama_config(hf) -> TransformerConfig:
+    """Llama, Mistral, Qwen 2/3 and Gemma 2/3: the same block with switches."""
+    gemma = hf.model_type.startswith("gemma")
+    if getattr(hf, "use_bidirectional_attention", False):
+        raise UnsupportedModel("bidirectional attention")
+    d_head = getattr(hf, "head_dim", None) or hf.hidden_size // hf.num_attention_heads
+    return TransformerConfig(
+        n_layers=hf.num_hidden_layers,
+        d_model=hf.hidden_size,
+        n_heads=hf.num_attention_heads,
+        n_kv_heads=getattr(hf, "num_key_value_heads", None) or hf.num_attention_heads,
+        d_head=d_head,
+        d_mlp=hf.intermediate_size,
+        vocab_size=hf.vocab_size,
+        max_context=hf.max_position_embeddings,
+        norm_eps=hf.rms_norm_eps,
+        layout="gemma" if gemma else "llama",
+        norm_offset=1.0 if gemma else 0.0,
+        act=getattr(hf, "hidden_activation", None) or hf.hidden_act,
+        qk_norm=hf.model_type in ("qwen3", "gemma3_text"),
+        sandwich_norms=gemma,
+        embed_scale=hf.hidden_size**0.5 if gemma else None,
+        attn_scale=hf.query_pre_attn_scalar**-0.5 if gemma else None,
+        attn_softcap=getattr(hf, "attn_logit_softcapping", None),
+        final_softcap=getattr(hf, "final_logit_softcapping", None),
+        windows=_windows(hf),
+        ropes=_ropes(hf, d_head),
+    )
+
+
+def _gpt2_config(hf) -> TransformerConfig:
+    if hf.scale_attn_by_inverse_layer_idx or getattr(hf, "add_cross_attention", False):
+        raise UnsupportedModel("GPT-2 with per-layer attention scaling or cross-attention")
+    return TransformerConfig(
+        n_layers=hf.n_layer,
+        d_model=hf.n_embd,
+        n_heads=hf.n_head,
+        n_kv_heads=hf.n_head,
+        d_head=hf.n_embd // hf.n_head,
+        d_mlp=hf.n_inner or 4 * hf.n_embd,
+        vocab_size=hf.vocab_size,
+        max_context=hf.n_positions,
+        norm_eps=hf.layer_norm_epsilon,
+        layout="gpt2",
+        norm="layer",
+        act=hf.activation_function,
+        gated_mlp=False,
+        learned_positions=True,
+        attn_scale=None if hf.scale_attn_weights else 1.0,
+    )
+
+
+def _neox_config(hf) -> TransformerConfig:
+    d_head = hf.hidden_size // hf.num_attention_heads
+    return TransformerConfig(
+        n_layers=hf.num_hidden_layers,
+        d_model=hf.hidden_size,
+        n_heads=hf.num_attention_heads,
+        n_kv_heads=hf.num_attention_heads,
+        d_head=d_head,
+        d_mlp=hf.intermediate_size,
+        vocab_size=hf.vocab_size,
+        max_context=hf.max_position_embeddings,
+        norm_eps=hf.layer_norm_eps,
+        layout="neox",
+        norm="layer",
+        act=hf.hidden_act,
+        gated_mlp=False,
+        parallel_residual=hf.use_parallel_residual,
+        ropes=_ropes(hf, d_head),
+    )
+
+
+def _layer_types(hf) -> list[str]:
+    return list(getattr(hf, "layer_types", None) or ["full_attention"] * hf.num_hidden_layers)
+
+
+def _windows(hf) -> tuple[int | None, ...]:
+    """Sliding window per layer: the ``sliding_attention`` layers where ``layer_types``
+    exists (Gemma, Qwen), every layer where only ``sliding_window`` does (Mistral)."""
+    window = getattr(hf, "sliding_window", None)
+    if not window:
+        return ()
+    if getattr(hf, "layer_types", None) is None:
+        return (window,) * hf.num_hidden_layers
+    return tuple(window if t == "sliding_attention" else None for t in _layer_types(hf))
+
+
+def _rope_parameters(hf) -> dict:
+    params = getattr(hf, "rope_parameters", None)
+    if params:
+        return params
+    # transformers 4: rope_theta and rope_scaling on the config
+    scaling = dict(getattr(hf, "rope_scaling", None) or {})
+    scaling.setdefault("rope_type", scaling.pop("type", "default"))
+    return {"rope_theta": getattr(hf, "rope_theta", 10000.0), **scaling}
+
+
+def _ropes(hf, d_head: int) -> tuple[Rope, ...]:
+    """Rotary per layer; Gemma 3 keys its parameters by layer type (local / global bases)."""
+    params, built = _rope_parameters(hf), {}
+    out = []
+    for layer_type in _layer_types(hf):
+        key = layer_type if layer_type in params else None
+        if key not in built:
+            built[key] = _rope(hf, params[key] if key else params, key, d_head)
+        out.append(built[key])
+    return tuple(out)
+
+
+def _rope(hf, params: dict, layer_type: str | None, d_head: int) -> Rope:
+    kind = params.get("rope_type", "default")
+    if kind == "default":
+        dim = int(d_head * params.get("partial_rotary_factor", 1.0))
+        exponents = torch.arange(0, dim, 2, dtype=torch.int64).float() / dim
+        return Rope(tuple((1.0 / (params["rope_theta"] ** exponents)).tolist()))
+    if kind not in STATIC_ROPE_TYPES:
+        raise UnsupportedModel(f"rope type {kind!r} (supported: default, {STATIC_ROPE_TYPES})")
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    kwargs = {"layer_type": layer_type} if layer_type else {}
+    inv_freq, scaling = ROPE_INIT_FUNCTIONS[kind](hf, torch.device("cpu"), **kwargs)
+    return Rope(tuple(inv_freq.float().tolist()), float(scaling))
+
+
+# ---------------------------------------------------------------------------- weights
+
+Norm = tuple[Tensor, "Tensor | None"]  # weight (Gemma's offset folded in), bias
+
+
+@dataclass
+class Layer:
+    attn_norm: Norm
+    wqkv: Linear  # q, k and v fused along the output (q heads, then k heads, then v heads)
+    wo: Linear
+    mlp_norm: Norm
+    w_gate_up: Linear  # the MLP's input projection; gate and up fused when gated
+    w_down: Linear
+    q_norm: Norm | None = None
+    k_norm: Norm | None = None
+    post_attn_norm: Norm | None = None
+    post_mlp_norm: Norm | None = None
+
+
+# Per layout: the transformers name of each weight (a tuple is fused along the output).
+_NAMES = {
+    "llama": {
+        "embed": "model.embed_tokens",
+        "final_norm": "model.norm",
+        "unembed": "lm_head",
+        "block": "model.layers.{}.",
+        "attn_norm": "input_layernorm",
+        "wqkv": ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
+        "wo": "self_attn.o_proj",
+        "q_norm": "self_attn.q_norm",
+        "k_norm": "self_attn.k_norm",
+        "mlp_norm": "post_attention_layernorm",
+        "w_gate_up": ("mlp.gate_proj", "mlp.up_proj"),
+        "w_down": "mlp.down_proj",
+    },
+    "gpt2": {
+        "embed": "transformer.wte",
+        "pos_embed": "transformer.wpe",
+        "final_norm": "transformer.ln_f",
+        "unembed": "lm_head",
+        "block": "transformer.h.{}.",
+        "attn_norm": "ln_1",
+        "wqkv": ("attn.c_attn",),
+        "wo": "attn.c_proj",
+        "mlp_norm": "ln_2",
+        "w_gate_up": ("mlp.c_fc",),
+        "w_down": "mlp.c_proj",
+    },
+    "neox": {
+        "embed": "gpt_neox.embed_in",
+        "final_norm": "gpt_neox.final_layer_norm",
+        "unembed": "embed_out",
+        "block": "gpt_neox.layers.{}.",
+        "attn_norm": "input_layernorm",
+        "wqkv": ("attention.query_key_value",),
+        "wo": "attention.dense",
+        "mlp_norm": "post_attention_layernorm",
+        "w_gate_up": ("mlp.dense_h_to_4h",),
+        "w_down": "mlp.dense_4h_to_h",
+    },
+}
+_NAMES["gemma"] = _NAMES["llama"] | {
+    "mlp_norm": "pre_feedforward_layernorm",
+    "post_attn_norm": "post_attention_layernorm",
+    "post_mlp_norm": "post_feedforward_layernorm",
+}
+
+
+def _canonical(cfg: TransformerConfig, state: Mapping[str, Tensor]) -> dict[str, Tensor]:
+    """The state dict under the layout's full names, in [out, in] weight layout with q, k, v
+    heads contiguous: GPT-2 checkpoints from the hub lack the ``transformer.`` prefix and
+    store Conv1D weights [in, out]; GPT-NeoX interleaves q, k, v per head, and transformers 5
+    names its unembedding ``lm_head`` in memory but ``embed_out`` on disk."""
+    state = dict(state)
+    if cfg.layout == "gemma" and "model.embed_tokens.weight" not in state:
+        state = _language_model(state)
+    if cfg.layout == "gpt2":
+        state = {(k if k.startswith(("transformer.", "lm_head")) else "transformer." + k): v
+                 for k, v in state.items()}  # fmt: skip
+        conv = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")
+        state = {k: v.t() if k.endswith(conv) else v for k, v in state.items()}
+    if cfg.layout == "neox":
+        if "embed_out.weight" not in state and "lm_head.weight" in state:
+            state["embed_out.weight"] = state.pop("lm_head.weight")  # transformers 5 in memory
+        n, d = cfg.n_heads, cfg.d_head
+        for key in [k for k in state if "attention.query_key_value." in k]:
+            v = state[key]
+            state[key] = v.reshape(n, 3, d, *v.shape[1:]).transpose(0, 1).reshape(v.shape)
+    return state
+
+
+def _language_model(state: dict[str, Tensor]) -> dict[str, Tensor]:
+    """The language-model weights of a Gemma 3 multimodal checkpoint under causal-LM names
+    (``model.language_model.*`` in transformers 5, ``language_model.model.*`` before)."""
+    renames = {
+        "model.language_model.": "model.",
+        "language_model.model.": "model.",
+        "language_model.lm_head.": "lm_head.",
+    }
+    out = {}
+    for key, value in state.items():
+        for old, new in renames.items():
+            if key.startswith(old):
+                out[new + key[len(old) :]] = value
+        if key.startswith("lm_head."):
+            out[key] = value
+    return out
+
+
+def place_layers(device: str | Sequence[str], n_layers: int) -> list[torch.device]:
+    """One device per layer. A list of devices splits the layers evenly across them in order
+    (a model larger than one GPU); ``"auto"`` uses every visible GPU, else the CPU."""
+    if device == "auto":
+        count = torch.cuda.device_count()
+        device = [f"cuda:{i}" for i in range(count)] if count else "cpu"
+    if isinstance(device, (str, torch.device)):
+        return [torch.device(device)] * n_layers
+    devices = [torch.device(d) for d in device]
+    return [devices[i * len(devices) // n_layers] for i in range(n_layers)]
+
+
+class KVCache:
+    """Preallocated keys and values for a fixed number of rows, one tensor per layer on that
+    layer's device; rows never change shape."""
+
+    def __init__(self, cfg: TransformerConfig, rows: int, length: int, devices, dtype) -> None:
+        shape = (rows, cfg.n_kv_heads, length, cfg.d_head)
+        self.k = [torch.zeros(shape, device=d, dtype=dtype) for d in devices]
+        self.v = [torch.zeros(shape, device=d, dtype=dtype) for d in devices]
+        self.length = 0  # positions filled, the same for every row
+
+    @property
+    def capacity(self) -> int:
+        return self.k[0].shape[2]
+
+    def view(self, row: int) -> KVCache:
+        """The cache of one row, sharing storage: prefill writes through it."""
+        part = KVCache.__new__(KVCache)
+        part.k = [k[row : row + 1] for k in self.k]
+        part.v = [v[row : row + 1] for v in self.v]
+        part.length = 0
+        return part
+
+
+# ---------------------------------------------------------------------------- the model
+
+
+class Transformer:
+    """The fast runtime: any ``TransformerConfig`` with weights from a transformers state
+    dict. Implements ``runtime.Runtime``."""
+
+    def __init__(
+        self,
+        cfg: TransformerConfig,
+        state: Mapping[str, Tensor],
+        device: str | Sequence[str] = "cpu",
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        dtype = dtype or torch.float32
+        self.cfg, self.dtype = cfg, dtype
+        self.layer_devices = place_layers(device, cfg.n_layers)
+        self.device, last = self.layer_devices[0], self.layer_devices[-1]
+        self.act = ACTIVATIONS[cfg.act]
+        names, state = _NAMES[cfg.layout], _canonical(cfg, state)
+
+        def w(name: str, dev=self.device) -> Tensor:
+            return state[name].to(device=dev, dtype=dtype).contiguous()
+
+        self.embed = w(names["embed"] + ".weight")
+        self.pos_embed = w(names["pos_embed"] + ".weight") if cfg.learned_positions else None
+        unembed = names["unembed"] + ".weight"
+        tied = unembed not in state
+        self.unembed = self._linear(state, (names["embed"] if tied else names["unembed"],), last)
+        # [vocab, d_model], for reading features out through the unembedding
+        self.unembed_weight = self.embed if tied else w(unembed, last)
+        self.final_norm = self._norm_weights(state, names["final_norm"], last)
+        self.layers = [self._layer(state, names, i) for i in range(cfg.n_layers)]
+        self._rope: dict = {}  # (Rope, device) -> (cos, sin), grown on demand
+        self.row_groups = self.calibrate()
+
+    def _linear(self, state, names: Sequence[str], dev) -> Linear:
+        weight = torch.cat([state[n + ".weight"] for n in names])
+        biases = [state.get(n + ".bias") for n in names]
+        bias = torch.cat(biases) if all(b is not None for b in biases) else None
+        return Linear(
+            weight.to(device=dev, dtype=self.dtype),
+            bias=None if bias is None else bias.to(device=dev, dtype=self.dtype),
+        )
+
+    def _norm_weights(self, state, name: str, dev) -> Norm:
+        weight = state[name + ".weight"].to(device=dev, dtype=torch.float32)
+        if self.cfg.norm_offset:
+            weight = weight + self.cfg.norm_offset  # what Gemma's (1 + w) computes in fp32
+        else:
+            weight = weight.to(self.dtype)
+        bias = state.get(name + ".bias")
+        return weight.contiguous(), None if bias is None else bias.to(dev, self.dtype)
+
+    def _layer(self, state, names: dict, i: int) -> Layer:
+        p, dev = names["block"].format(i), self.layer_devices[i]
+
+        def norm(key: str) -> Norm | None:
+            return self._norm_weights(state, p + names[key], dev) if key in names else None
+
+        def lin(key: str) -> Linear:
+            parts = names[key]
+            return self._linear(
+                state, [p + n for n in (parts if isinstance(parts, tuple) else (parts,))], dev
+            )
+
+        return Layer(
+            attn_norm=norm("attn_norm"),
+            wqkv=lin("wqkv"),
+            wo=lin("wo"),
+            mlp_norm=norm("mlp_norm"),
+            w_gate_up=lin("w_gate_up"),
+            w_down=lin("w_down"),
+            q_norm=norm("q_norm") if self.cfg.qk_norm else None,
+            k_norm=norm("k_norm") if self.cfg.qk_norm else None,
+            post_attn_norm=norm("post_attn_norm") if self.cfg.sandwich_norms else None,
+            post_mlp_norm=norm("post_mlp_norm") if self.cfg.sandwich_norms else None,
+        )
+
+    def calibrate(self) -> dict[str, int]:
+        """Measure the largest batch-invariant decode row groups (see ``invariance.py``)."""
+        from .invariance import invariant_group_sizes
+
+        l0, cfg = self.layers[0], self.cfg
+        linears = [l0.wqkv, l0.wo, l0.w_gate_up, l0.w_down, self.unembed]
+        window = cfg.windows[0] if cfg.windows else None
+
+        def attend(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+            return self._attend(q, k, v, k.shape[2] - 1, window)
+
+        return invariant_group_sizes(
+            linears, cfg.n_heads, cfg.n_kv_heads, cfg.d_head, self.device, self.dtype, attend
+        )
+
+    @property
+    def hook_names(self) -> list[str]:
+        kinds = [
+            k for k in HOOK_KINDS if not (self.cfg.parallel_residual and k == "hook_resid_mid")
+        ]
+        return [f"blocks.{i}.{k}" for i in range(self.cfg.n_layers) for k in kinds]
+
+    def hook_widths(self) -> dict[str, int]:
+        """Width of the flattened activation at every hook point (what an SAE's d_in is)."""
+        z, d = self.cfg.n_heads * self.cfg.d_head, self.cfg.d_model
+        return {name: z if name.endswith("hook_z") else d for name in self.hook_names}
+
+    def weight_bytes(self) -> int:
+        """Bytes read per decode step (every weight once; tied embeddings counted once)."""
+        linears = [self.unembed] + [
+            lin for x in self.layers for lin in (x.wqkv, x.wo, x.w_gate_up, x.w_down)
+        ]
+        norms = [self.final_norm] + [
+            n
+            for x in self.layers
+            for n in (
+                x.attn_norm,
+                x.mlp_norm,
+                x.q_norm,
+                x.k_norm,
+                x.post_attn_norm,
+                x.post_mlp_norm,
+            )
+            if n is not None
+        ]
+        tensors = [t for n in norms for t in n if t is not None]
+        return sum(lin.nbytes() for lin in linears) + sum(
+            t.numel() * t.element_size() for t in tensors
+        )
+
+    def new_cache(self, rows: int, length: int) -> KVCache:
+        return KVCache(self.cfg, rows, length, self.layer_devices, self.dtype)
+
+    @torch.inference_mode()
+    def forward(
+        self,
+        tokens: Tensor,
+        cache: KVCache | None = None,
+        hooks: Mapping[str, Hook] | None = None,
+        stop_at_layer: int | None = None,
+        last_only: bool = False,
+    ) -> Tensor:
+        """Run ``tokens`` [B, T]; return logits [B, T, V], or the residual after block
+        ``stop_at_layer - 1`` when stopping early (activations need no unembedding).
+
+        With a cache, ``tokens`` continue the cached positions and the cache is extended.
+        ``last_only`` unembeds the last position only (what decoding needs).
+        """
+        cfg, hooks = self.cfg, hooks or {}
+        start = cache.length if cache is not None else 0
+        if start + tokens.shape[1] > (cache.capacity if cache else cfg.max_context):
+            raise ValueError("sequence longer than the cache or the model's context")
+        x = self._embed(tokens.to(self.device), start)
+        n_layers = cfg.n_layers if stop_at_layer is None else stop_at_layer
+        for i in range(n_layers):
+            x = self._block(i, x.to(self.layer_devices[i]), start, cache, hooks)
+        if cache is not None:
+            cache.length = start + tokens.shape[1]
+        if stop_at_layer is not None:
+            return x
+        if last_only:
+            x = x[:, -1:]
+        x = x.to(self.final_norm[0].device)
+        logits = self._mm(self._norm(x, self.final_norm), self.unembed)
+        if cfg.final_softcap is not None:
+            logits = torch.tanh(logits / cfg.final_softcap) * cfg.final_softcap
+        return logits
+
+    def _embed(self, tokens: Tensor, start: int) -> Tensor:
+        x = F.embedding(tokens, self.embed)
+        if self.cfg.embed_scale is not None:
+            x = x * torch.tensor(self.cfg.embed_scale, dtype=x.dtype, device=x.device)
+        if self.pos_embed is not None:
+            x = x + self.pos_embed[start : start + tokens.shape[1]]
+        return x
+
+    def _norm(self, x: Tensor, norm: Norm) -> Tensor:
+        weight, bias = norm
+        if self.cfg.norm == "layer":
+            return F.layer_norm(x, (x.shape[-1],), weight, bias, self.cfg.norm_eps)
+        h = x.float()  # no-op in float32: the same operations as transformers' LlamaRMSNorm
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.cfg.norm_eps)
+        if self.cfg.norm_offset:  # Gemma: (h * (1 + w)) in fp32, then cast
+            return (h * weight).to(x.dtype)
+        return weight * h.to(x.dtype)
+
+    def _rotate(self, x: Tensor, start: int, rope: Rope) -> Tensor:
+        t = x.shape[2]
+        cos, sin = self._rope_tables(rope, x.device, start + t)
+        cos, sin = cos[start : start + t], sin[start : start + t]
+        dim = cos.shape[-1]
+        if dim == x.shape[-1]:
+            return _rotate_half_pairs(x, cos, sin)
+        return torch.cat((_rotate_half_pairs(x[..., :dim], cos, sin), x[..., dim:]), dim=-1)
+
+    def _rope_tables(self, rope: Rope, device, length: int) -> tuple[Tensor, Tensor]:
+        """cos and sin for positions [0, n) with n >= length: the whole context when that is
+        at most ``ROPE_TABLE`` positions, else grown by doubling (a position's values do not
+        depend on the table size), so a 128k-context model does not hold 128k rows."""
+        key = (rope, device)
+        tables = self._rope.get(key)
+        if tables is None or tables[0].shape[0] < length:
+            n = min(
+                self.cfg.max_context, max(length, 2 * tables[0].shape[0] if tables else ROPE_TABLE)
+            )
+            inv_freq = torch.tensor(rope.inv_freq, dtype=torch.float32, device=device)
+            freqs = torch.outer(torch.arange(n, device=device).float(), inv_freq)
+            emb = torch.cat((freqs, freqs), dim=-1)
+            cos, sin = emb.cos(), emb.sin()
+            if rope.scaling != 1.0:
+                cos, sin = cos * rope.scaling, sin * rope.scaling
+            tables = self._rope[key] = (cos.to(self.dtype), sin.to(self.dtype))
+        return tables
+
+    def _mm(self, x: Tensor, w: Linear) -> Tensor:
+        return self._chunked("matmul", w, x)
+
+    def _chunked(self, kind: str, fn, *xs: Tensor) -> Tensor:
+        """Apply ``fn`` to decode rows in groups no larger than ``row_groups[kind]``.
+
+        Batched rows are bit-identical to solo rows only while every kernel sees a row count
+        at which it is batch-invariant (see ``invariance.py``); prefill runs one row at a time.
+        """
+        b, t = xs[0].shape[0], xs[0].shape[-2] if xs[0].dim() == 4 else xs[0].shape[1]
+        g = self.row_groups[kind]
+        if b <= g or t != 1:
+            return fn(*xs)
+        return torch.cat([fn(*(x[i : i + g] for x in xs)) for i in range(0, b, g)])
+
+    def _block(self, i: int, x: Tensor, start: int, cache, hooks) -> Tensor:
+        layer, p = self.layers[i], f"blocks.{i}."
+        x = _run(hooks, p + "hook_resid_pre", x, start)
+        attn_out = self._attention(i, self._norm(x, layer.attn_norm), start, cache, hooks)
+        if layer.post_attn_norm is not None:
+            attn_out = self._norm(attn_out, layer.post_attn_norm)
+        attn_out = _run(hooks, p + "hook_attn_out", attn_out, start)
+        if self.cfg.parallel_residual:  # transformers' order: mlp + attn + x
+            mlp_out = _run(hooks, p + "hook_mlp_out", self._mlp(layer, x), start)
+            return _run(hooks, p + "hook_resid_post", mlp_out + attn_out + x, start)
+        x = _run(hooks, p + "hook_resid_mid", x + attn_out, start)
+        mlp_out = _run(hooks, p + "hook_mlp_out", self._mlp(layer, x), start)
+        return _run(hooks, p + "hook_resid_post", x + mlp_out, start)
+
+    def _mlp(self, layer: Layer, x: Tensor) -> Tensor:
+        """The MLP of the residual ``x``, from its input norm to its post-norm (if any)."""
+        h = self._mm(self._norm(x, layer.mlp_norm), layer.w_gate_up)
+        if self.cfg.gated_mlp:
+            gate, up = h.chunk(2, dim=-1)
+            h = self.act(gate) * up
+        else:
+            h = self.act(h)
+        out = self._mm(h, layer.w_down)
+        return out if layer.post_mlp_norm is None else self._norm(out, layer.post_mlp_norm)
+
+    def _attention(self, i: int, x: Tensor, start: int, cache, hooks) -> Tensor:
+        cfg, layer = self.cfg, self.layers[i]
+        b, t, _ = x.shape
+        hd, nh, nkv = cfg.d_head, cfg.n_heads, cfg.n_kv_heads
+        q, k, v = self._mm(x, layer.wqkv).split([nh * hd, nkv * hd, nkv * hd], dim=-1)
+        q, k, v = q.view(b, t, nh, hd), k.view(b, t, nkv, hd), v.view(b, t, nkv, hd)
+        if layer.q_norm is not None:
+            q, k = self._norm(q, layer.q_norm), self._norm(k, layer.k_norm)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        if cfg.ropes:
+            q, k = self._rotate(q, start, cfg.ropes[i]), self._rotate(k, start, cfg.ropes[i])
+        if cache is not None:
+            cache.k[i][:, :, start : start + t] = k
+            cache.v[i][:, :, start : start + t] = v
+            k, v = cache.k[i][:, :, : start + t], cache.v[i][:, :, : start + t]
+        window = cfg.windows[i] if cfg.windows else None
+        z = self._chunked(
+            "attention", lambda q, k, v: self._attend(q, k, v, start, window), q, k, v
+        )
+        z = _run(hooks, f"blocks.{i}.attn.hook_z", z.transpose(1, 2), start)  # [B, T, H, d_head]
+        return self._mm(z.reshape(b, t, -1), layer.wo)
+
+    def _attend(self, q: Tensor, k: Tensor, v: Tensor, start: int, window: int | None) -> Tensor:
+        """Causal attention of positions ``start..start+T`` over keys ``0..start+T``, within
+        ``window`` positions where the layer slides."""
+        t, total = q.shape[2], k.shape[2]
+        if window is not None and t == 1 and total > window:  # decode: the last window keys
+            k, v = k[:, :, total - window :], v[:, :, total - window :]
+        mask, causal = None, False
+        if t > 1 and start == 0 and (window is None or total <= window):
+            causal = True
+        elif t > 1:
+            q_pos = torch.arange(start, start + t, device=q.device)[:, None]
+            kv_pos = torch.arange(total, device=q.device)[None]
+            mask = kv_pos <= q_pos
+            if window is not None:
+                mask &= kv_pos > q_pos - window
+        cap = self.cfg.attn_softcap
+        if cap is None:
+            return F.scaled_dot_product_attention(
+                q,
+                k,
+                v,
+                attn_mask=mask,
+                is_causal=causal,
+                scale=self.cfg.attn_scale,
+                enable_gqa=True,
+            )
+        return _softcapped_attention(q, k, v, mask, causal, self.cfg.attn_scale, cap)
+
+
+def _rotate_half_pairs(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos + rotated * sin
+
+
+def _softcapped_attention(q, k, v, mask, causal: bool, scale: float | None, cap: float) -> Tensor:
+    """Gemma 2's eager attention: scores soft-capped by ``cap * tanh(s / cap)`` before the
+    mask and softmax (SDPA has no soft-capping)."""
+    rep = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+    scores = torch.matmul(q, k.transpose(2, 3)) * (scale or q.shape[-1] ** -0.5)
+    scores = torch.tanh(scores / cap) * cap
+    if causal:
+        t, total = q.shape[2], k.shape[2]
+        mask = torch.ones(t, total, dtype=torch.bool, device=q.device).tril(total - t)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
+    return torch.matmul(weights, v)
+
+
+def _run(hooks: Mapping[str, Hook], name: str, x: Tensor, start: int) -> Tensor:
+    fn = hooks.get(name)
+    if fn is None:
+        return x
+    out = fn(x, start)
+    return x if out is None else out

@@ -1,0 +1,114 @@
+"""A feature card: what one feature is, before steering with it.
+
+Label, the tokens it promotes and suppresses (the feature index's logit lens through the
+final norm, where the engine computes it), activation density, the top
+activating contexts with each context's strongest token highlighted, decoder neighbours
+(``engine.neighbours``) that open their own card, and a "steer with this" button. Works
+for any SAE the engine knows: where no index shipped, the engine computes top tokens on
+demand and the card says that contexts are unavailable.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Callable
+
+import ipywidgets as widgets
+
+from ..errors import SteerWidgetsError
+
+N_CONTEXTS = 3
+N_NEIGHBOURS = 6
+
+
+def context_html(context: dict) -> str:
+    """One activating context, tokens shaded by activation, the max token outlined."""
+    acts = context.get("acts") or [0.0] * len(context["tokens"])
+    peak = max(acts) or 1.0
+    spans = []
+    for i, (tok, a) in enumerate(zip(context["tokens"], acts, strict=False)):
+        style = f"background: rgba(255,110,0,{0.8 * max(0.0, a) / peak:.2f})"
+        if i == context["max_pos"]:
+            style += "; outline: 2px solid var(--jp-brand-color1, #1976d2)"
+        spans.append(f"<span style='{style}'>{html.escape(tok)}</span>")
+    return f"<div class='sw-context'>{''.join(spans)}</div>"
+
+
+def card_html(source: str, info, label: str = "") -> str:
+    """The card's text: title, top tokens, density, contexts."""
+    lines = [f"<b>{html.escape(source)} #{info.index}</b> {html.escape(label)}"]
+    for name, toks in (
+        ("promotes", info.top_tokens),
+        ("suppresses", getattr(info, "bottom_tokens", ())),
+    ):
+        if toks:
+            text = html.escape(", ".join(repr(t) for t in toks[:10]))
+            lines.append(f"<div>{name} (logit lens): <code>{text}</code></div>")
+    stats = []
+    if info.max_act is not None:
+        stats.append(f"max activation {info.max_act:.1f}")
+    if info.frac_active is not None:
+        stats.append(f"active on {100 * info.frac_active:.2f}% of tokens")
+    if stats:
+        lines.append(f"<div class='sw-hint'>{' · '.join(stats)}</div>")
+    if info.contexts:
+        lines.append("<div>top activating contexts:</div>")
+        lines += [context_html(c) for c in info.contexts[:N_CONTEXTS]]
+    else:
+        lines.append("<div class='sw-hint'>no activating contexts: no index shipped</div>")
+    return "".join(lines)
+
+
+class FeatureCard:
+    """``show(source, index)`` fills ``ui``; ``on_steer(source, index)`` picks the feature."""
+
+    def __init__(
+        self,
+        engine,
+        on_steer: Callable[[str, int, float | None], None],
+        on_error: Callable[[str], None],
+    ) -> None:
+        self.engine = engine
+        self.on_steer = on_steer
+        self.on_error = on_error
+        self.shown: tuple[str, int] | None = None
+        self.body = widgets.HTML("", layout={"width": "100%"})
+        self.steer = widgets.Button(
+            description="steer with this", button_style="primary", layout={"width": "auto"}
+        )
+        self.close = widgets.Button(description="close", layout={"width": "auto"})
+        self.neighbours = widgets.HBox([], layout={"flex_flow": "row wrap"})
+        self.steer.on_click(lambda _: self.shown and self.on_steer(*self.shown, None))
+        self.close.on_click(lambda _: self.hide())
+        self.ui = widgets.VBox(
+            [self.body, self.neighbours, widgets.HBox([self.steer, self.close])],
+            layout={"display": "none", "border": "1px solid var(--jp-border-color1, #999)"},
+        )
+        self.ui.add_class("sw-card")
+
+    def show(self, source: str, index: int) -> None:
+        try:
+            fi = self.engine.feature_index(source)
+            info = fi[index]
+            label = fi.label(index)
+            near = self.engine.neighbours(source, index, n=N_NEIGHBOURS)
+        except (SteerWidgetsError, IndexError) as err:
+            self.on_error(str(err))
+            return
+        self.shown = (source, index)
+        self.body.value = card_html(source, info, label)
+        buttons = [widgets.HTML("decoder neighbours:")]
+        for i, cos in near:
+            b = widgets.Button(
+                description=f"#{i} ({cos:.2f})",
+                tooltip=f"open the card of #{i}",
+                layout={"width": "auto"},
+            )
+            b.on_click(lambda _, i=i: self.show(source, i))
+            buttons.append(b)
+        self.neighbours.children = tuple(buttons)
+        self.ui.layout.display = None
+
+    def hide(self) -> None:
+        self.ui.layout.display = "none"
+        self.shown = None

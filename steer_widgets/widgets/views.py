@@ -1,0 +1,84 @@
+"""Saved views: an explorer's prompt, features, concepts, settings and outputs as JSON.
+
+``save_view`` writes what the controls say and what the panes show; ``load_view`` builds a
+new explorer from it and runs it, which reproduces the saved tokens (the engine is exact:
+same request, same seed, same tokens). ``same_tokens`` compares a loaded explorer's outputs
+with the saved ones.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from ..errors import RequestError
+from ..steering import SteerRequest, Vector
+
+VIEW_VERSION = 1
+
+
+def save_view(explorer, path: str | Path) -> dict:
+    """Write the explorer's current view to ``path``; returns the dict written."""
+    req = explorer.request()
+    rows = explorer.features_ui.rows
+    view = {
+        "steer_widgets_view": VIEW_VERSION,
+        "chat": explorer.view.mode.value == "chat",
+        "prompt": explorer.view.prompt.value,
+        "live": bool(explorer.live.value),
+        "request": req.to_dict(),
+        "concepts": [r.name for r in rows if r.vector is not None],
+        "outputs": {
+            k: {"text": c.text, "token_ids": list(c.token_ids), "stop": c.stop}
+            for k, c in explorer.outputs.items()
+        },
+        "outputs_match_request": explorer.request_done == req,
+    }
+    Path(path).write_text(json.dumps(view, indent=1))
+    return view
+
+
+def load_view(cls, path: str | Path, engine=None, **kwargs):
+    """A new ``cls`` explorer showing the saved view; it runs once to reproduce the outputs."""
+    view = json.loads(Path(path).read_text())
+    if view.get("steer_widgets_view") != VIEW_VERSION:
+        raise RequestError("view", f"{path} is not a steer_widgets view (version {VIEW_VERSION})")
+    req = SteerRequest.from_dict(view["request"])
+    settings = {
+        k: getattr(req, k)
+        for k in (
+            "strength_multiplier",
+            "steer_method",
+            "steer_special_tokens",
+            "n_completion_tokens",
+            "temperature",
+            "freq_penalty",
+            "seed",
+        )
+    }
+    live = kwargs.pop("live", view.get("live", True))
+    ex = cls(
+        engine,
+        prompt=view["prompt"],
+        chat=view["chat"],
+        features=[(f.source, f.index, f.strength) for f in req.features],
+        sweep=tuple(req.sweep) or None,
+        live=False,
+        **settings,
+        **kwargs,
+    )
+    for name, v in zip(view.get("concepts", ()), req.vectors, strict=False):
+        ex.add_concept(name, Vector(torch.as_tensor(v.vector), v.hook, v.strength))
+    ex.saved_outputs = view.get("outputs", {})
+    ex.live.value = live
+    ex.run()  # once, live or not: the panes show the view's tokens again
+    return ex
+
+
+def same_tokens(explorer) -> bool:
+    """Whether a loaded explorer's outputs are token for token the saved ones."""
+    saved = getattr(explorer, "saved_outputs", {})
+    got = {k: list(c.token_ids) for k, c in explorer.outputs.items()}
+    return bool(saved) and got == {k: v["token_ids"] for k, v in saved.items()}
