@@ -108,11 +108,13 @@ def centres_writes(runtime) -> bool:
     pre-LayerNorm models (GPT-2, Pythia, ...), not RMSNorm ones (Llama, Gemma, Qwen, ...).
 
     A runtime says which norm it uses as TransformerLens does, ``cfg.normalization_type``
-    ("LN"/"RMS"), on itself or on its ``tl`` model; a runtime that says nothing is RMSNorm.
+    ("LN"/"RMS", on itself or on its ``tl`` model), or as ours does, ``cfg.norm`` ("layer"/
+    "rms"); a runtime that says nothing is RMSNorm.
     """
     cfg = getattr(getattr(runtime, "tl", None), "cfg", None) or getattr(runtime, "cfg", None)
+    layer_norm = getattr(cfg, "normalization_type", None) in ("LN", "LNPre")
     return (
-        getattr(cfg, "normalization_type", None) in ("LN", "LNPre")
+        (layer_norm or getattr(cfg, "norm", None) == "layer")
         and not getattr(cfg, "final_rms", False)
         and getattr(cfg, "positional_embedding_type", "standard") != "shortformer"
     )

@@ -228,6 +228,7 @@ def _load_folder(name: str, folder: Path, device: str, dtype: torch.dtype) -> Lo
             bar.update()
         runtime = Transformer(cfg, state, device=device, dtype=dtype)
         bar.update()
-        tokenizer = Tokenizer.from_folder(folder)
+        # GPT-2 and GPT-NeoX tokenizers add no BOS; TransformerLens (and SAE Lens) put one first.
+        tokenizer = Tokenizer.from_folder(folder, prepend_bos=cfg.layout in ("gpt2", "neox"))
         bar.update()
     return LoadedModel(name, runtime, tokenizer, folder)

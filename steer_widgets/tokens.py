@@ -42,10 +42,10 @@ class Tokenizer:
         self.bos_id = hf_tokenizer.bos_token_id
 
     @classmethod
-    def from_folder(cls, folder: Path) -> Tokenizer:
+    def from_folder(cls, folder: Path, prepend_bos: bool = False) -> Tokenizer:
         from transformers import AutoTokenizer
 
-        return cls(AutoTokenizer.from_pretrained(folder))
+        return cls(AutoTokenizer.from_pretrained(folder), prepend_bos)
 
     @property
     def has_chat_template(self) -> bool:

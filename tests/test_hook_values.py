@@ -224,3 +224,47 @@ def test_engine_reads_and_steers_one_head_of_the_default_model(engine, lens_sae,
     )  # fmt: skip
     out = heads.steer(request).outputs
     assert out["STEERED"].token_ids != out["DEFAULT"].token_ids
+
+
+def test_fast_runtime_gpt2_gives_a_centred_sae_transformer_lens_values(engine, lens_sae, tmp_path):
+    """A GPT-2 folder on our fast runtime (LayerNorm: writes are centred for SAEs trained
+    with ``center_writing_weights``) against HookedTransformer on the same weights processed
+    as SAE Lens loads gpt2-small-res-jb; prompts get BOS first, as TransformerLens does."""
+    import transformers as tf
+    from transformer_lens import HookedTransformer, HookedTransformerConfig
+    from transformer_lens.pretrained.weight_conversions import convert_gpt2_weights
+
+    config = tf.GPT2Config(n_embd=D_MODEL, n_layer=2, n_head=N_HEADS, n_positions=64)
+    config.vocab_size = len(engine.tokenizer.hf)
+    torch.manual_seed(0)
+    hf = tf.AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
+    with torch.no_grad():
+        for p in hf.parameters():
+            p.add_(torch.randn_like(p) * 0.1)  # biases and LayerNorms that matter
+    hf.save_pretrained(tmp_path / "gpt2")
+    engine.tokenizer.hf.save_pretrained(tmp_path / "gpt2")
+    hook = "blocks.1.hook_resid_pre"
+    write_sae(tmp_path / "sae", hook, CENTRED, seed=7)
+    gpt2 = sw.Engine(str(tmp_path / "gpt2"), saes={"jb-like": tmp_path / "sae"})
+    assert gpt2.saes.centres_writes and gpt2.saes.config("jb-like").view.centre
+
+    cfg = HookedTransformerConfig(
+        d_model=D_MODEL, d_head=D_MODEL // N_HEADS, n_heads=N_HEADS, d_mlp=4 * D_MODEL,
+        n_layers=2, n_ctx=64, d_vocab=config.vocab_size, eps=config.layer_norm_epsilon,
+        act_fn="gelu_new", normalization_type="LN", positional_embedding_type="standard",
+        original_architecture="GPT2LMHeadModel", device="cpu",
+    )  # fmt: skip
+    tl = HookedTransformer(cfg)
+    tl.load_and_process_state_dict(
+        convert_gpt2_weights(hf, cfg), fold_ln=False, center_writing_weights=True,
+        center_unembed=False, fold_value_biases=False,
+    )  # fmt: skip
+    text = gpt2.text("The cat sat on the mat")
+    assert text.ids[0] == engine.tokenizer.bos_id and text.ids.count(text.ids[0]) == 1
+    _, cache = tl.eval().run_with_cache(torch.tensor([text.ids]))
+    lens = lens_sae.load_from_disk(tmp_path / "sae", device="cpu", dtype="float32")
+    want = lens.encode(cache[hook][0])
+    feature = int(want[1:].sum(0).argmax())
+    got = torch.tensor(gpt2.activations(text, "jb-like", feature).values)
+    torch.testing.assert_close(got[1:], want[1:, feature], atol=1e-4, rtol=1e-4)
+    assert got[1:].abs().max() > 0.1

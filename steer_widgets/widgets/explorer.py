@@ -23,7 +23,7 @@ import time
 from contextlib import contextmanager
 from typing import Any
 
-from ..errors import RequestError, SourceError, SteerWidgetsError
+from ..errors import RequestError, SteerWidgetsError
 from ..results import Completion, SteerResult
 from ..steering import Feature, SteerRequest, Vector
 from .feature_rows import DEFAULT_STRENGTH, FeatureRows
@@ -137,9 +137,7 @@ class Explorer:
     def add_feature(self, source: str, index: int, strength: float | None = None) -> int:
         """Pick a feature: adds a strength slider row; returns its row number (-1: refused)."""
         try:
-            cfg = self.engine.saes.config(source)
-            if not 0 <= int(index) < cfg.d_sae:
-                raise SourceError(source, f"feature index {index} out of range 0..{cfg.d_sae - 1}")
+            cfg = self.engine.saes.check_index(source, index)
             info = self._info(source, index)
             norm = self._typical_norm(cfg.hook_name)
             if strength is None:
