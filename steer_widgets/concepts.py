@@ -247,10 +247,24 @@ class Concepts:
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             raise RequestError("n", f"must be a positive integer, got {n!r}")
         saes = self.engine.saes
-        sources = list(saes.sources()) if sources is None else list(sources)
+        widths = self.engine.model.runtime.hook_widths()
+        if sources is None:  # every SAE that reads its whole hook (not one head's slice)
+            sources = [
+                s
+                for s in saes.sources()
+                if saes.config(s).d_in == widths.get(saes.config(s).hook_name)
+            ]
+        sources = list(sources)
         if not sources:
-            raise RequestError("sources", "no SAE is registered")
+            raise RequestError("sources", "no SAE that reads a whole hook is registered")
         hooks = {s: saes.config(s).hook_name for s in sources}  # SourceError names a bad one
+        for s, h in hooks.items():
+            if saes.config(s).d_in != widths.get(h):
+                raise RequestError(
+                    "sources",
+                    f"{s} reads one head's slice of {h}: no concept "
+                    "direction to compare its rows with",
+                )
         pos = self._positive(query if examples is None else examples, "examples")
         pm = self.means(pos, sorted(set(hooks.values())))
         nm = self.means(neutral_examples(), sorted(set(hooks.values())))
