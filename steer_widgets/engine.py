@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from . import checks
 from .activations import FeatureActivations, ResidualCache, Text, TopFeatures, TopPerToken
 from .analysis import Analysis
 from .concepts import Concepts, FeatureMatches
@@ -152,6 +153,7 @@ class Engine:
             raise RequestError("n", f"must be an integer from 1 to 64, got {n!r}")
         request = SteerRequest(prompt=prompt, types=("DEFAULT",), **sampling)
         prompt_enc, _ = self.plan(request)  # raises before any work
+        checks.integer("seed", request.seed + n - 1, *checks.SEED_RANGE)  # the last row's
         rows = [Row(seed=request.seed + i) for i in range(n)]
         ids: list[list[int]] = [[] for _ in rows]
         with self._lock:

@@ -118,6 +118,9 @@ def test_samples_equal_solo_generations(engine):
     assert len({s.token_ids for s in got}) > 1  # different seeds, different samples
     with pytest.raises(sw.RequestError):
         engine.samples(prompt, 0)
+    with pytest.raises(sw.RequestError) as err:  # the last sample's seed would overflow
+        engine.samples(prompt, 2, seed=2**64 - 1)
+    assert err.value.field == "seed"
 
 
 def test_steer_batch_rows_equal_solo_runs(engine, sources):
