@@ -84,7 +84,7 @@ def example_prompts(concept: str, chat: bool) -> list[Prompt]:
     """The requests the model answers to write its own examples of ``concept``."""
     if chat:
         return [[{"role": "user", "content": t.format(c=concept)}] for t in EXAMPLE_TEMPLATES]
-    return [f"Here is a short text about {concept}:\n" for _ in EXAMPLE_TEMPLATES[:1]]
+    return [f"Here is a short text about {concept}:\n"]
 
 
 def check_examples(examples, field: str) -> list[Prompt]:
@@ -101,14 +101,11 @@ def check_examples(examples, field: str) -> list[Prompt]:
 def content_mean(resid: Tensor, special: Sequence[bool]) -> Tensor:
     """Mean residual over an example's content tokens (position 0, the attention sink whose
     norm is an outlier, and special tokens left out)."""
-    keep = ~torch.tensor(special, dtype=torch.bool)
-    keep[0] = False
-    if not keep.any():
-        keep[-1] = True
-    return resid[keep].mean(0)
+    return content_rows(resid, special).mean(0)
 
 
 def content_rows(resid: Tensor, special: Sequence[bool]) -> Tensor:
+    """The residual rows of an example's content tokens (the last row if it has none)."""
     keep = ~torch.tensor(special, dtype=torch.bool)
     keep[0] = False
     return resid[keep] if keep.any() else resid[-1:]

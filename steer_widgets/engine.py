@@ -155,15 +155,7 @@ class Engine:
         prompt_enc, _ = self.plan(request)  # raises before any work
         checks.integer("seed", request.seed + n - 1, *checks.SEED_RANGE)  # the last row's
         rows = [Row(seed=request.seed + i) for i in range(n)]
-        ids: list[list[int]] = [[] for _ in rows]
-        with self._lock:
-            for step in decode(
-                self.model.runtime, prompt_enc.ids, rows, request.sampling, self.stop_ids
-            ):
-                for r, token in enumerate(step.tokens):
-                    if token is not None:
-                        ids[r].append(token)
-        return [self._completion(x, "eos" if x[-1] in self.stop_ids else "length") for x in ids]
+        return self._decode_all(prompt_enc.ids, rows, request.sampling)
 
     def steer_batch(self, requests: Mapping[str, SteerRequest]) -> dict[str, SteerResult]:
         """Several requests on one prompt and one set of sampling settings (say, different
@@ -175,24 +167,17 @@ class Engine:
         keys = {(p.ids, reqs[n].sampling) for n, (p, _) in plans.items()}
         if len(keys) != 1:
             raise RequestError("requests", "must share one prompt and one sampling setting")
-        prompt, first = next(iter(plans.values()))
-        sampling = next(iter(reqs.values())).sampling
+        ((prompt_ids, sampling),) = keys
         owners = [(n, label) for n, (_, plan) in plans.items() for label in plan.labels]
         rows = [row for _, plan in plans.values() for row in plan.rows]
-        ids: list[list[int]] = [[] for _ in rows]
         started = time.perf_counter()
-        with self._lock:
-            for step in decode(self.model.runtime, prompt.ids, rows, sampling, self.stop_ids):
-                for r, token in enumerate(step.tokens):
-                    if token is not None:
-                        ids[r].append(token)
+        done = self._decode_all(prompt_ids, rows, sampling)
         outputs: dict[str, dict[str, Completion]] = {n: {} for n in reqs}
-        for (name, label), x in zip(owners, ids, strict=True):
-            stop = "eos" if x and x[-1] in self.stop_ids else "length"
-            outputs[name][label] = self._completion(x, stop)
+        for (name, label), completion in zip(owners, done, strict=True):
+            outputs[name][label] = completion
         stats = {"seconds": time.perf_counter() - started, "batch": len(rows)}
         return {
-            n: SteerResult(reqs[n], outputs[n], prompt.ids, self.model.name, stats) for n in reqs
+            n: SteerResult(reqs[n], outputs[n], prompt_ids, self.model.name, stats) for n in reqs
         }
 
     def token_logprobs(self, prompt, completion: Completion | Sequence[int]) -> Tensor:
@@ -356,6 +341,18 @@ class Engine:
         if "DEFAULT" in labels and outputs["DEFAULT"].stop != "cancelled":
             self._remember_default(key, outputs["DEFAULT"])
         yield Frame(_ordered(outputs, plan.labels), step, done=True)
+
+    def _decode_all(self, prompt_ids, rows: list[Row], sampling: Sampling) -> list[Completion]:
+        """Decode ``rows`` of one prompt to the end in one batch (no streaming, no cache)."""
+        ids: list[list[int]] = [[] for _ in rows]
+        with self._lock:
+            for step in decode(self.model.runtime, prompt_ids, rows, sampling, self.stop_ids):
+                for r, token in enumerate(step.tokens):
+                    if token is not None:
+                        ids[r].append(token)
+        return [
+            self._completion(x, "eos" if x and x[-1] in self.stop_ids else "length") for x in ids
+        ]
 
     def _completion(self, ids: list[int], stop: str) -> Completion:
         text_ids = [i for i in ids if i not in self.stop_ids]
