@@ -6,7 +6,7 @@ nothing of widgets; ``Explorer`` is the widget front end that calls it.
 
 from .engine import Engine
 from .errors import RequestError, SourceError, SteerWidgetsError
-from .generation import Sampling
+from .generation import Sampling, TokenProb
 from .model import DEFAULT_MODEL, load_model
 from .results import Completion, Frame, SteerResult
 from .sae_store import SAEStore
@@ -30,16 +30,22 @@ __all__ = [
     "SteerRequest",
     "SteerResult",
     "SteerWidgetsError",
+    "TokenProb",
     "Vector",
     "load_model",
+    "presets",
 ]
 
 
 def __getattr__(name: str):
-    """``sw.Explorer`` imports the widgets (and ipywidgets) on first use only, so code that
-    uses just the engine never loads a widget library."""
+    """``sw.Explorer`` and ``sw.presets`` import the widgets (and ipywidgets) on first use
+    only, so code that uses just the engine never loads a widget library."""
     if name == "Explorer":
         from .widgets import Explorer
 
         return Explorer
+    if name == "presets":
+        from .widgets.presets import presets
+
+        return presets
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -316,6 +316,7 @@ class Engine:
             yield Frame(_ordered(outputs, plan.labels), 0, done=True)
             return
         ids: list[list[int]] = [[] for _ in rows]
+        probs: list[list] = [[] for _ in rows]
         with self._lock_state:
             self._active.add(cancel)
         step = 0
@@ -325,11 +326,10 @@ class Engine:
                     self.model.runtime, prompt.ids, rows, request.sampling, self.stop_ids, cancel
                 ):
                     step += 1
-                    for r, token in enumerate(step_out.tokens):
-                        if token is not None:
-                            ids[r].append(token)
+                    _append(step_out, ids, probs)
                     for r, label in enumerate(labels):
-                        outputs[label] = self._completion(ids[r], "eos" if step_out.done[r] else "")
+                        stop = "eos" if step_out.done[r] else ""
+                        outputs[label] = self._completion(ids[r], stop, probs[r])
                     yield Frame(_ordered(outputs, plan.labels), step)
         finally:
             with self._lock_state:
@@ -337,7 +337,7 @@ class Engine:
         stop = "cancelled" if cancel.is_set() else "length"
         for r, label in enumerate(labels):
             if outputs[label].stop != "eos":
-                outputs[label] = self._completion(ids[r], stop)
+                outputs[label] = self._completion(ids[r], stop, probs[r])
         if "DEFAULT" in labels and outputs["DEFAULT"].stop != "cancelled":
             self._remember_default(key, outputs["DEFAULT"])
         yield Frame(_ordered(outputs, plan.labels), step, done=True)
@@ -345,18 +345,19 @@ class Engine:
     def _decode_all(self, prompt_ids, rows: list[Row], sampling: Sampling) -> list[Completion]:
         """Decode ``rows`` of one prompt to the end in one batch (no streaming, no cache)."""
         ids: list[list[int]] = [[] for _ in rows]
+        probs: list[list] = [[] for _ in rows]
         with self._lock:
             for step in decode(self.model.runtime, prompt_ids, rows, sampling, self.stop_ids):
-                for r, token in enumerate(step.tokens):
-                    if token is not None:
-                        ids[r].append(token)
+                _append(step, ids, probs)
         return [
-            self._completion(x, "eos" if x and x[-1] in self.stop_ids else "length") for x in ids
+            self._completion(x, "eos" if x and x[-1] in self.stop_ids else "length", p)
+            for x, p in zip(ids, probs, strict=True)
         ]
 
-    def _completion(self, ids: list[int], stop: str) -> Completion:
+    def _completion(self, ids: list[int], stop: str, probs=None) -> Completion:
         text_ids = [i for i in ids if i not in self.stop_ids]
-        return Completion(self.tokenizer.decode(text_ids), tuple(ids), stop)
+        token_probs = tuple(probs) if probs is not None else None
+        return Completion(self.tokenizer.decode(text_ids), tuple(ids), stop, token_probs)
 
     def _remember_default(self, key: tuple, completion: Completion) -> None:
         with self._lock_state:
@@ -364,6 +365,14 @@ class Engine:
             self._defaults.move_to_end(key)
             while len(self._defaults) > DEFAULT_CACHE_SIZE:
                 self._defaults.popitem(last=False)
+
+
+def _append(step, ids: list[list[int]], probs: list[list]) -> None:
+    """Add one decode step's tokens (and their ``TokenProb``) to each unfinished row."""
+    for r, token in enumerate(step.tokens):
+        if token is not None:
+            ids[r].append(token)
+            probs[r].append(step.probs[r])
 
 
 def _ordered(outputs: dict[str, Completion], labels: list[str]) -> dict[str, Completion]:

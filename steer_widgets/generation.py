@@ -8,10 +8,15 @@ Three rules make a batched row bit-identical to the same row generated alone:
    1-D logits, so a row's draws never depend on which other rows exist.
 
 Per-row interventions (steering) are functions applied to that row's slice only.
+
+Each step also records, per row, the chosen token's log-probability and the ``TOP_K`` most
+likely tokens (``TokenProb``), read from the same 1-D logits the row samples from, so it
+changes no token and costs one softmax and one top-k over the vocabulary per row and step.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -24,6 +29,34 @@ from .errors import RequestError
 from .runtime import Runtime
 
 RowOp = Callable[[Tensor, int], Tensor]  # (x [1, T, d] of one row, start position) -> new x
+TOP_K = 5  # alternatives recorded per generated position
+
+
+@dataclass(frozen=True)
+class TokenProb:
+    """One generated position: the chosen token's log-probability and the ``TOP_K`` most
+    likely tokens as ``(token id, logprob)``, most likely first.
+
+    The distribution is the model's own next-token distribution for that row, steering
+    included: ``log_softmax`` of the row's logits *before* temperature and frequency penalty
+    (what Neuronpedia and OpenAI-style ``logprobs`` report), so the numbers do not depend on
+    sampling settings and the unsteered row's equal ``Engine.token_logprobs``. A token drawn
+    at temperature > 0 may therefore fall outside ``top``.
+    """
+
+    logprob: float
+    top: tuple[tuple[int, float], ...]
+
+    @property
+    def prob(self) -> float:
+        return math.exp(self.logprob)
+
+
+def token_prob(logits: Tensor, token: int, k: int = TOP_K) -> TokenProb:
+    """``TokenProb`` of ``token`` under ``logits`` [vocab] (one row, never a batch)."""
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    values, ids = logp.topk(min(k, logp.numel()))
+    return TokenProb(float(logp[token]), tuple(zip(ids.tolist(), values.tolist(), strict=True)))
 
 
 @dataclass(frozen=True)
@@ -63,10 +96,12 @@ class Row:
 
 @dataclass
 class Step:
-    """Tokens produced by one decode step; ``None`` for rows that already finished."""
+    """Tokens produced by one decode step (and their ``TokenProb``); ``None`` for rows that
+    already finished."""
 
     tokens: list[int | None]
     done: list[bool]
+    probs: list[TokenProb | None] = field(default_factory=list)
 
 
 def decode(
@@ -94,8 +129,9 @@ def decode(
         if cancel is not None and cancel.is_set():
             return
         tokens = [None if done[r] else s.next(logits[r]) for r, s in enumerate(samplers)]
+        probs = [None if t is None else token_prob(logits[r], t) for r, t in enumerate(tokens)]
         done = [d or t in stop_ids for d, t in zip(done, tokens, strict=True)]
-        yield Step(tokens, list(done))
+        yield Step(tokens, list(done), probs)
         if all(done) or cache.length >= cache.capacity:
             return
         feed = torch.tensor([[t if t is not None else 0] for t in tokens], device=model.device)

@@ -4,17 +4,30 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .generation import TokenProb
 from .steering import SteerRequest, output_multipliers
 from .version import __version__
 
 
 @dataclass(frozen=True)
 class Completion:
-    """One completion: ``stop`` is "eos", "length" or "cancelled" (or "" while streaming)."""
+    """One completion: ``stop`` is "eos", "length" or "cancelled" (or "" while streaming).
+
+    ``token_probs`` has one ``TokenProb`` per token id (its log-probability and the top
+    alternatives under the model's distribution before temperature and frequency penalty),
+    or is ``None`` where the backend cannot supply them (remote engines). Two completions
+    are equal when their text, tokens and stop are: the probabilities are not compared.
+    """
 
     text: str
     token_ids: tuple[int, ...]
     stop: str = ""
+    token_probs: tuple[TokenProb, ...] | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def logprobs(self) -> tuple[float, ...] | None:
+        """Each token's log-probability (``None``: not available from this backend)."""
+        return None if self.token_probs is None else tuple(p.logprob for p in self.token_probs)
 
 
 @dataclass(frozen=True)

@@ -2,9 +2,10 @@
 
 Starts JupyterLab on 127.0.0.1 with every Jupyter/IPython/XDG folder inside ``tmp_path``,
 opens a notebook that shows the explorer and uses it as a person would: moves a strength
-slider with the keyboard, hovers a heatmap token, stops a long run, empties the prompt, and
-checks the layout at 1400 px and 800 px, light and dark (no horizontal scrollbar inside the
-explorer, no control cut off or outside it, slider tracks wide enough to use).
+slider with the keyboard, hovers a heatmap token and a STEERED token (its probability and
+alternatives), stops a long run, empties the prompt, picks a preset, and checks the layout
+at 1400 px and 800 px, light and dark (no horizontal scrollbar inside the explorer, no
+control cut off or outside it, slider tracks wide enough to use).
 
 Screenshots go to ``tmp_path`` only; ``make screenshots`` sets ``SW_SCREENSHOT_DIR=docs`` to
 regenerate the README's images on purpose.
@@ -229,6 +230,7 @@ def commit(page, selector: str, text: str) -> None:
     box.press("Tab")
 
 
+PRESET_MENU = ".sw-explorer .widget-dropdown:has(.widget-label:text-is('preset')) select"
 TOKENS_BOX = ".sw-explorer .widget-text:has(.widget-label:text-is('tokens')) input"
 
 
@@ -274,6 +276,15 @@ def test_explorer_in_jupyterlab(lab, tmp_path):
             wait_until(lambda: tip.is_visible(), 10, "hover tip")
             assert "value" in tip.inner_text() and "top features" in tip.inner_text()
 
+            # hovering a STEERED token shows its probability and the top alternatives
+            words = page.locator(f"{STEERED} .sw-text span").filter(has_text=re.compile(r"\w"))
+            words.first.hover()
+            prob_tip = page.locator(".sw-completions .sw-tip")
+            wait_until(lambda: prob_tip.is_visible(), 10, "probability tip")
+            shown = prob_tip.inner_text()
+            assert re.search(r"probability \d+(\.\d+)?%", shown), shown
+            assert "alternatives:" in shown and shown.count("%") >= 6, shown  # token + top 5
+
             # Stop says stopped
             commit(page, TOKENS_BOX, "200")
             wait_until(lambda: state(page) == "generating", 60, "a long run")
@@ -316,5 +327,13 @@ def test_explorer_in_jupyterlab(lab, tmp_path):
             check_layout(page, "1400 px dark")
             shoot(page, tmp_path, "explorer-dark")
             page.screenshot(path=str(tmp_path / "lab.png"), full_page=True)
+
+            # the preset menu loads a preset that reproduces its stored STEERED text
+            from steer_widgets.widgets.presets import preset_view
+
+            name = "music-weekend"
+            want = preset_view(name)["outputs"]["STEERED"]["text"]
+            page.locator(PRESET_MENU).select_option(label=name)
+            wait_until(lambda: state(page) == "done" and want[:40] in steered_text(page), 180, name)
         finally:
             browser.close()

@@ -26,6 +26,8 @@ DATA = [
     "steer_widgets/saes/10-smollm2-res-4k/feature_index.json.gz",
     "steer_widgets/widgets/completions.js",
     "steer_widgets/widgets/heatmap.js",
+    "steer_widgets/widgets/tip.js",
+    "steer_widgets/widgets/presets/music-weekend.json",
     "steer_widgets/static/embed-amd.js",
     "steer_widgets/static/LICENSES.txt",
 ]

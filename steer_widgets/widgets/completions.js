@@ -1,6 +1,7 @@
 // Side-by-side completions: one pane per output (DEFAULT, STEERED, sweep rows x-2, x4, ...).
-// Only steered panes mark where they split from DEFAULT. Runs from the widget's saved state,
-// so a static HTML export still shows it.
+// Only steered panes mark where they split from DEFAULT. Hovering a token shows its
+// probability and the top alternatives in the shared hover box (tip.js). Runs from the
+// widget's saved state, so a static HTML export still shows it.
 const STOPS = { length: "hit token limit", eos: "ended", cancelled: "stopped" };
 
 function title(label) {
@@ -19,7 +20,20 @@ function state(p) {
   return bits.join(" · ");
 }
 
-function pane(p) {
+function pct(q) {
+  return q >= 0.001 ? `${(100 * q).toFixed(1)}%` : `${(100 * q).toExponential(1)}%`;
+}
+
+function describe(p, i) {
+  const token = JSON.stringify(p.tokens[i]);
+  const probs = p.probs && p.probs[i];
+  if (!probs) return `${token}\nprobabilities not available`;
+  const [prob, top] = probs;
+  const alts = top.map(([t, q]) => `  ${JSON.stringify(t)}  ${pct(q)}${t === p.tokens[i] ? "  (chosen)" : ""}`);
+  return `${token}  probability ${pct(prob)}\nalternatives:\n${alts.join("\n")}`;
+}
+
+function pane(p, hover) {
   const box = document.createElement("div");
   box.className = "sw-pane";
   box.dataset.label = p.label;
@@ -46,6 +60,7 @@ function pane(p) {
     if (p.special && p.special[i]) cls.push("sw-special");
     if (split >= 0 && i >= split) cls.push(i === split ? "sw-split-first" : "sw-split");
     if (cls.length) span.className = cls.join(" ");
+    hover.attach(span, () => describe(p, i));
     body.appendChild(span);
   });
   box.append(head, body);
@@ -61,13 +76,15 @@ function render({ model, el }) {
   const grid = document.createElement("div");
   grid.className = "sw-grid";
   el.append(note, prompt, grid);
+  const hover = hoverBox(el);
   const draw = () => {
     const stale = model.get("stale");
     el.classList.toggle("sw-stale", !!stale);
     note.textContent = stale ? `stale: ${stale}` : "";
     const text = model.get("prompt");
     prompt.textContent = text ? `prompt: ${text}` : "";
-    grid.replaceChildren(...model.get("panes").map(pane));
+    hover.hide();
+    grid.replaceChildren(...model.get("panes").map((p) => pane(p, hover)));
   };
   for (const name of ["panes", "prompt", "stale"]) model.on(`change:${name}`, draw);
   draw();

@@ -8,27 +8,30 @@ frame into panes; the widget only draws them.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 
 import anywidget
 import traitlets
 
 from ..results import Completion
+from . import assets
+from .token_probs import hover_rows
 
-_HERE = Path(__file__).parent
 TokenOf = Callable[[int], tuple[str, bool]]  # token id -> (text, is special)
 
 
 class Completions(anywidget.AnyWidget):
-    """``panes``: ``[{label, tokens, special, diverge, stop, streaming, note}]``.
+    """``panes``: ``[{label, tokens, special, diverge, stop, streaming, note, probs}]``.
+
+    ``probs`` holds, per token, ``[probability, [[alternative, probability], ...]]`` (shown
+    when hovering the token; ``None``: the backend supplied none, and the hover says so).
 
     ``diverge`` is, for a steered pane, the first token position where it departs from
     DEFAULT (-1 while they agree); DEFAULT's own is always -1. ``stale`` says why the panes
     no longer match the controls ("" while they do).
     """
 
-    _esm = traitlets.Unicode((_HERE / "completions.js").read_text()).tag(sync=True)
-    _css = traitlets.Unicode((_HERE / "completions.css").read_text()).tag(sync=True)
+    _esm = traitlets.Unicode(assets.esm("completions")).tag(sync=True)
+    _css = traitlets.Unicode(assets.css("completions")).tag(sync=True)
     prompt = traitlets.Unicode("").tag(sync=True)
     panes = traitlets.List(traitlets.Dict()).tag(sync=True)
     stale = traitlets.Unicode("").tag(sync=True)
@@ -36,6 +39,14 @@ class Completions(anywidget.AnyWidget):
     def text(self, label: str) -> str:
         """The text a pane shows (its tokens joined), e.g. ``text("STEERED")``."""
         return "".join(self.pane(label)["tokens"])
+
+    def token_info(self, label: str, position: int) -> dict:
+        """What hovering a pane's token shows: its text, probability and the alternatives
+        (``probability`` None: not available from this backend)."""
+        p = self.pane(label)
+        probs = p.get("probs")
+        prob, top = probs[position] if probs is not None else (None, [])
+        return {"token": p["tokens"][position], "probability": prob, "top": [tuple(t) for t in top]}
 
     def pane(self, label: str) -> dict:
         for p in self.panes:
@@ -68,7 +79,8 @@ def build_panes(outputs: Mapping[str, Completion], token_of: TokenOf, streaming:
         if label != "DEFAULT" and default is not None:
             diverge = divergence(comp.token_ids, default.token_ids, default.stop != "")
         panes.append(_pane(label, [t for t, _ in tokens], [s for _, s in tokens], diverge))
-        panes[-1].update(stop=comp.stop, streaming=streaming)
+        probs = hover_rows(comp, lambda i: token_of(i)[0])
+        panes[-1].update(stop=comp.stop, streaming=streaming, probs=probs)
     if "STEERED" not in outputs:
         panes.append(_pane("STEERED", [], [], -1, note="pick a feature to steer"))
     return panes
@@ -83,4 +95,5 @@ def _pane(label: str, tokens: list, special: list, diverge: int, note: str = "")
         "stop": "",
         "streaming": False,
         "note": note,
+        "probs": None,
     }

@@ -4,10 +4,10 @@
 request fields), ``feature_rows`` (strength sliders), ``picker`` and ``card`` (search, feature
 card), ``streaming`` (one run streamed into the panes, with its true state), ``completions``
 (panes), ``heat_pipeline`` (heatmap beside the run), ``status`` (status line), ``runner``
-(debounced background runs), ``views`` (save and load). Every control change schedules a run
-(a lone change starts at once, a burst is debounced); a newer run cancels and drains the
-older one. Everything a user can do with the mouse is also a Python method, which is how the
-tests and benchmarks drive it::
+(debounced background runs), ``views`` (save and load), ``presets`` (the gallery). Every
+control change schedules a run (a lone change starts at once, a burst is debounced); a newer
+run cancels and drains the older one. Everything a user can do with the mouse is also a
+Python method, which is how the tests and benchmarks drive it::
 
     ex = sw.Explorer()                    # the offline default engine
     ex.add_feature("10-smollm2-res-4k", 123)
@@ -31,6 +31,7 @@ from .fields import BY_NAME, Controls, defaults
 from .heat_pipeline import HeatJob, HeatPipeline
 from .layout import Layout
 from .picker import FeaturePicker
+from .presets import PresetMenu
 from .runner import Runner
 from .streaming import RunLoop
 
@@ -70,7 +71,10 @@ class Explorer:
         self.picker = FeaturePicker(engine, self._picked, self._fail, on_concept=self._concept)
         self.features_ui = FeatureRows(self._changed, self.picker.neighbours, self.picker.card.show)
         self.controls = Controls({**defaults(), **settings})
-        self.view = Layout(prompt, chat, self.controls, self.picker.ui, self.features_ui.ui)
+        self.presets = PresetMenu(engine.model.name, self._apply_view, self._fail)
+        self.view = Layout(
+            prompt, chat, self.controls, self.picker.ui, self.features_ui.ui, self.presets.ui
+        )
         v = self.view
         self.ui, self.completions, self.heatmap = v.ui, v.completions, v.heatmap
         self.status_line, self.record_box, self.live = v.status_line, v.record_box, v.live
@@ -301,6 +305,24 @@ class Explorer:
         from .views import load_view
 
         return load_view(cls, path, engine, **kwargs)
+
+    @classmethod
+    def from_preset(cls, name: str, engine=None, **kwargs) -> Explorer:
+        """A new explorer showing preset ``name`` (``sw.presets()`` lists them); runs once."""
+        from ..engine import Engine
+        from .presets import preset_view
+        from .views import load_view
+
+        engine = engine or Engine.default()
+        return load_view(cls, preset_view(name, engine), engine, **kwargs)
+
+    def _apply_view(self, view: dict) -> None:
+        """Show a saved view (a preset) in this explorer; runs once even when not live."""
+        from .views import apply_view
+
+        apply_view(self, view)
+        if not self.live.value:
+            self.run()
 
     # -- control flow --------------------------------------------------------------------
     @contextmanager

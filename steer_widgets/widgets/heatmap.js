@@ -17,23 +17,8 @@ function render({ model, el }) {
   rowsEl.className = "sw-rows";
   const info = document.createElement("div");
   info.className = "sw-info";
-  const tip = document.createElement("div");
-  tip.className = "sw-tip";
-  tip.hidden = true;
-  el.append(title, rowsEl, info, tip);
-
-  const hover = (span, text) => {
-    span.addEventListener("mouseenter", () => {
-      tip.textContent = text;
-      tip.hidden = false;
-      const box = el.getBoundingClientRect();
-      const r = span.getBoundingClientRect();
-      const left = Math.max(0, Math.min(r.left - box.left, box.width - tip.offsetWidth));
-      tip.style.left = `${left}px`;
-      tip.style.top = `${r.bottom - box.top + 4}px`;
-    });
-    span.addEventListener("mouseleave", () => { tip.hidden = true; });
-  };
+  el.append(title, rowsEl, info);
+  const box = hoverBox(el);
 
   const draw = () => {
     const rows = model.get("rows");
@@ -43,7 +28,7 @@ function render({ model, el }) {
     el.classList.toggle("sw-stale", !!stale);
     title.textContent = model.get("title") + (stale ? ` (stale: ${stale})` : "");
     rowsEl.replaceChildren();
-    tip.hidden = true;
+    box.hide();
     rows.forEach((row, r) => {
       const line = document.createElement("div");
       line.className = "sw-row";
@@ -63,7 +48,7 @@ function render({ model, el }) {
         span.dataset.value = String(v);
         const a = max > 0 ? Math.max(0, Math.min(1, v / max)) : 0;
         if (a > 0) span.style.background = `rgba(255, 110, 0, ${(0.1 + 0.8 * a).toFixed(3)})`;
-        hover(span, describe(row, i));
+        box.attach(span, () => describe(row, i));
         span.addEventListener("click", () => {
           model.set("selected", [r, i]);
           model.save_changes();

@@ -6,12 +6,10 @@ features), so a notebook saved with widget state shows the heatmap without a ker
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import anywidget
 import traitlets
 
-_HERE = Path(__file__).parent
+from . import assets
 
 
 class Heatmap(anywidget.AnyWidget):
@@ -22,8 +20,8 @@ class Heatmap(anywidget.AnyWidget):
     clicked token (``[-1, -1]`` for none). Hover shows the same information in the widget.
     """
 
-    _esm = traitlets.Unicode((_HERE / "heatmap.js").read_text()).tag(sync=True)
-    _css = traitlets.Unicode((_HERE / "heatmap.css").read_text()).tag(sync=True)
+    _esm = traitlets.Unicode(assets.esm("heatmap")).tag(sync=True)
+    _css = traitlets.Unicode(assets.css("heatmap")).tag(sync=True)
     title = traitlets.Unicode("").tag(sync=True)
     rows = traitlets.List(traitlets.Dict()).tag(sync=True)
     max_value = traitlets.Float(0.0).tag(sync=True)

@@ -1,6 +1,6 @@
 """The explorer's widgets and their order on the page.
 
-Reading order: prompt and mode; features (search, strength rows, steering settings);
+Reading order: a preset menu, prompt and mode; features (search, strength rows, steering settings);
 generation settings; Run / Stop / live / Record; the status line; the panes; the heatmap.
 Rows wrap instead of scrolling (flex ``row wrap``), sliders never shrink below a usable
 track and every other control keeps its label: widths are Layout traits, which win over
@@ -54,7 +54,13 @@ class Layout:
     """Builds the explorer's own widgets and ``ui``, the box that shows them all."""
 
     def __init__(
-        self, prompt: str, chat: bool, controls: Controls, picker: widgets.Widget, rows
+        self,
+        prompt: str,
+        chat: bool,
+        controls: Controls,
+        picker: widgets.Widget,
+        rows: widgets.Widget,
+        preset: widgets.Widget,
     ) -> None:
         self.mode = widgets.ToggleButtons(
             options=["completion", "chat"],
@@ -69,7 +75,7 @@ class Layout:
             placeholder="a prompt to complete",
             layout={"flex": "1 1 20em", "min_width": "15em", "width": "auto"},
         )
-        for w in controls.widgets.values():
+        for w in [*controls.widgets.values(), preset]:
             size(w)
         self.sweep_on = widgets.Checkbox(value=False, description="sweep", indent=False)
         self.sweep_on.layout = widgets.Layout(width="auto", flex="0 0 auto")
@@ -100,6 +106,7 @@ class Layout:
         self.ui = widgets.VBox(
             [
                 section("Prompt"),
+                row([preset]),
                 row([self.mode, self.prompt]),
                 section("Features"),
                 picker,

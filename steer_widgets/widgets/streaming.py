@@ -20,6 +20,7 @@ from ..results import Completion
 from ..steering import SteerRequest
 from .completions import Completions, build_panes
 from .status import StatusLine, cache_details
+from .token_probs import alternative_ids
 
 FrameCallback = Callable[[SteerRequest, dict, bool, dict], None]  # request, outputs, final, run
 
@@ -122,7 +123,8 @@ class RunLoop:
     def _show(self, req: SteerRequest, prompt_text, frame) -> None:
         """Put a frame's outputs into the panes (they now match the controls again)."""
         outs = frame.outputs
-        self._learn_tokens(req.prompt, len(prompt_text.ids), [c.token_ids for c in outs.values()])
+        ids = [c.token_ids for c in outs.values()] + [alternative_ids(outs.values())]
+        self._learn_tokens(req.prompt, len(prompt_text.ids), ids)
         prompt = "".join(
             t for t, s in zip(prompt_text.tokens, prompt_text.special, strict=True) if not s
         )

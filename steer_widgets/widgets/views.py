@@ -1,9 +1,9 @@
 """Saved views: an explorer's prompt, features, concepts, settings and outputs as JSON.
 
 ``save_view`` writes what the controls say and what the panes show; ``load_view`` builds a
-new explorer from it and runs it, which reproduces the saved tokens (the engine is exact:
-same request, same seed, same tokens). ``same_tokens`` compares a loaded explorer's outputs
-with the saved ones.
+new explorer from it (``apply_view`` puts it into an existing one) and runs it, which
+reproduces the saved tokens (the engine is exact: same request, same seed, same tokens).
+``same_tokens`` compares a loaded explorer's outputs with the saved ones.
 """
 
 from __future__ import annotations
@@ -40,41 +40,52 @@ def save_view(explorer, path: str | Path) -> dict:
     return view
 
 
-def load_view(cls, path: str | Path, engine=None, **kwargs):
-    """A new ``cls`` explorer showing the saved view; it runs once to reproduce the outputs."""
-    view = json.loads(Path(path).read_text())
+SETTINGS = (
+    "strength_multiplier",
+    "steer_method",
+    "steer_special_tokens",
+    "n_completion_tokens",
+    "temperature",
+    "freq_penalty",
+    "seed",
+)
+
+
+def read_view(source: str | Path | dict) -> dict:
+    """A saved view from a file (or an already-read dict), checked for its format."""
+    view = source if isinstance(source, dict) else json.loads(Path(source).read_text())
     if view.get("steer_widgets_view") != VIEW_VERSION:
-        raise RequestError("view", f"{path} is not a steer_widgets view (version {VIEW_VERSION})")
-    req = SteerRequest.from_dict(view["request"])
-    settings = {
-        k: getattr(req, k)
-        for k in (
-            "strength_multiplier",
-            "steer_method",
-            "steer_special_tokens",
-            "n_completion_tokens",
-            "temperature",
-            "freq_penalty",
-            "seed",
-        )
-    }
+        raise RequestError("view", f"{source} is not a steer_widgets view (version {VIEW_VERSION})")
+    return view
+
+
+def load_view(cls, source: str | Path | dict, engine=None, **kwargs):
+    """A new ``cls`` explorer showing the saved view; it runs once to reproduce the outputs."""
+    view = read_view(source)
     live = kwargs.pop("live", view.get("live", True))
-    ex = cls(
-        engine,
-        prompt=view["prompt"],
-        chat=view["chat"],
-        features=[(f.source, f.index, f.strength) for f in req.features],
-        sweep=tuple(req.sweep) or None,
-        live=False,
-        **settings,
-        **kwargs,
-    )
-    for name, v in zip(view.get("concepts", ()), req.vectors, strict=False):
-        ex.add_concept(name, Vector(torch.as_tensor(v.vector), v.hook, v.strength))
-    ex.saved_outputs = view.get("outputs", {})
+    ex = cls(engine, live=False, **kwargs)
+    apply_view(ex, view)
     ex.live.value = live
     ex.run()  # once, live or not: the panes show the view's tokens again
     return ex
+
+
+def apply_view(explorer, source: str | Path | dict) -> None:
+    """Replace an explorer's prompt, features, concepts and settings with a saved view's
+    (one change: a live explorer runs once); ``same_tokens`` then compares the outputs."""
+    view = read_view(source)
+    req = SteerRequest.from_dict(view["request"])
+    ex = explorer
+    with ex._batch():
+        while ex.features_ui.rows:
+            ex.remove_feature(len(ex.features_ui.rows) - 1)
+        ex.set(prompt=view["prompt"], chat=view["chat"], sweep=tuple(req.sweep))
+        ex.set(**{k: getattr(req, k) for k in SETTINGS})
+        for f in req.features:
+            ex.add_feature(f.source, f.index, f.strength)
+        for name, v in zip(view.get("concepts", ()), req.vectors, strict=False):
+            ex.add_concept(name, Vector(torch.as_tensor(v.vector), v.hook, v.strength))
+    ex.saved_outputs = view.get("outputs", {})
 
 
 def same_tokens(explorer) -> bool:
