@@ -113,6 +113,7 @@ def test_default_is_cached_and_records_say_where_they_ran(remote, engine):
     assert record["served_by"]["backend"] == "eager"
     engine.clear_caches()
     assert engine.steer(record).outputs == first.outputs  # a remote record replays locally
+    assert first.outputs["DEFAULT"].token_probs is None  # the server sends no probabilities
 
 
 def test_activations_match_the_local_engine(remote, engine, sources):
@@ -209,6 +210,7 @@ def test_explorer_runs_over_the_remote_engine(remote):
     assert ex.outputs == remote.steer(request).outputs
     assert ex.record()["served_by"]["url"] == remote.client.url
     assert ex.heatmap.rows and ex.completions.panes[1]["tokens"]
+    assert ex.completions.pane("STEERED")["probs"] is None  # hover: "not available"
     ex.set_strength(0, 80.0)
     ex.run()
     assert ex.wait(300) and ex.error == ""
