@@ -43,11 +43,15 @@ def test_rows_equal_solo_and_text_matches_fast_runtime(tl_engine, engine, source
             alone = request.with_(types=("STEERED",), sweep=(), strength_multiplier=mult)
         solo = tl_engine.steer(alone).outputs["DEFAULT" if label == "DEFAULT" else "STEERED"]
         assert solo.token_ids == completion.token_ids, label
+        assert solo.token_probs == completion.token_probs, label  # probabilities too
     assert together.outputs["STEERED"].token_ids != together.outputs["DEFAULT"].token_ids
     fast = engine.steer(request)  # the same model on our runtime: the same text here
     assert {k: c.text for k, c in fast.outputs.items()} == {
         k: c.text for k, c in together.outputs.items()
     }
+    for label, completion in fast.outputs.items():  # the same distribution, both runtimes
+        theirs = together.outputs[label].logprobs
+        assert max(abs(a - b) for a, b in zip(completion.logprobs, theirs, strict=True)) < 1e-3
 
 
 def test_activations_agree_with_fast_runtime(tl_engine, engine, sources):
