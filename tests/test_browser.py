@@ -284,6 +284,7 @@ def test_explorer_in_jupyterlab(lab, tmp_path):
             shown = prob_tip.inner_text()
             assert re.search(r"probability \d+(\.\d+)?%", shown), shown
             assert "alternatives:" in shown and shown.count("%") >= 6, shown  # token + top 5
+            shoot(page, tmp_path, "explorer-probabilities")
 
             # Stop says stopped
             commit(page, TOKENS_BOX, "200")
