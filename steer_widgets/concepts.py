@@ -21,6 +21,7 @@ hard a push is whatever the model or layer.
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -30,8 +31,11 @@ import torch
 from torch import Tensor
 
 from .errors import RequestError
+from .runtime import hook_layer
 
 NEUTRAL_FILE = Path(__file__).parent / "data" / "neutral.json"
+CONTRAST_FILE = Path(__file__).parent / "data" / "contrast.json"
+CACHED_SETS = 64  # example sets whose per-hook means are kept (a few concepts' worth)
 EXAMPLE_TEMPLATES = (
     "Write a few sentences about {c}.",
     "Tell me something interesting about {c}.",
@@ -78,6 +82,22 @@ def neutral_examples() -> tuple[Prompt, ...]:
     """The shipped neutral set: the default model's answers to topic-free requests."""
     data = json.loads(NEUTRAL_FILE.read_text())
     return tuple(data["chats"])
+
+
+@lru_cache(maxsize=1)
+def contrast_examples() -> tuple[tuple[Prompt, ...], tuple[str, ...]]:
+    """The shipped one-vs-rest baseline: (chats, the subject of each chat)."""
+    data = json.loads(CONTRAST_FILE.read_text())
+    return tuple(data["chats"]), tuple(data["chat_subjects"])
+
+
+def baseline(concept: str | None = None) -> list[Prompt]:
+    """The default negatives: the contrast set, less any subject that names ``concept``
+    (so "fruit" is not contrasted with answers about fruit)."""
+    chats, subjects = contrast_examples()
+    c = (concept or "").strip().lower()
+    keep = [not c or (c not in s.lower() and s.lower() not in c) for s in subjects]
+    return [e for e, k in zip(chats, keep, strict=True) if k]
 
 
 def example_prompts(concept: str, chat: bool) -> list[Prompt]:
@@ -153,8 +173,8 @@ class Concepts:
 
     def __init__(self, engine) -> None:
         self.engine = engine
-        self._examples: dict[str, list[Prompt]] = {}
-        self._cache: dict[tuple[str, str], tuple[Tensor, Tensor]] = {}
+        self._examples: OrderedDict[str, list[Prompt]] = OrderedDict()
+        self._cache: OrderedDict[str, dict[str, tuple[Tensor, Tensor]]] = OrderedDict()
 
     # -- examples and means --------------------------------------------------------------
     def examples(self, concept: str) -> list[Prompt]:
@@ -180,7 +200,8 @@ class Concepts:
                         out.append([*prompt, {"role": "assistant", "content": s.text}])
                     else:
                         out.append(prompt + s.text)
-            self._examples[concept] = out
+            _remember(self._examples, concept, out)
+        self._examples.move_to_end(concept)
         return self._examples[concept]
 
     def means(self, examples: Sequence[Prompt], hooks: Sequence[str]) -> dict[str, Tensor]:
@@ -195,26 +216,46 @@ class Concepts:
     def _stats(self, examples: Sequence[Prompt], hooks: Sequence[str]) -> dict[str, tuple]:
         """Per hook: (per-example content means [n, d], every content token's norm).
 
-        One forward per example captures every hook asked for; the results are kept, so the
-        neutral set (the baseline of every concept) runs through the model once per hook.
+        One forward per example captures every hook asked for, and with them every concept
+        hook (the default layer, each SAE's) that the same truncated pass reaches anyway, so
+        a later search or vector on the same examples is a cache hit. The results of the
+        last ``CACHED_SETS`` example sets are kept: the baselines run through the model once.
         """
         from .activations import residuals
 
         key = json.dumps(list(examples), sort_keys=True)
-        missing = [h for h in dict.fromkeys(hooks) if (key, h) not in self._cache]
+        have = self._cache.setdefault(key, {})
+        self._cache.move_to_end(key)
+        missing = [h for h in dict.fromkeys(hooks) if h not in have]
         if missing:
+            deepest = max(hook_layer(h) or 0 for h in missing)
+            extra = [
+                h
+                for h in self._concept_hooks()
+                if h not in have and h not in missing and (hook_layer(h) or 0) <= deepest
+            ]
+            grab = missing + extra
             eng = self.engine
-            means: dict[str, list[Tensor]] = {h: [] for h in missing}
-            norms: dict[str, list[Tensor]] = {h: [] for h in missing}
+            means: dict[str, list[Tensor]] = {h: [] for h in grab}
+            norms: dict[str, list[Tensor]] = {h: [] for h in grab}
             for e in examples:
                 text = eng.text(e)
-                res = residuals(eng.model.runtime, eng.residual_cache, text.ids, missing)
-                for h in missing:
+                res = residuals(eng.model.runtime, eng.residual_cache, text.ids, grab)
+                for h in grab:
                     means[h].append(content_mean(res[h], text.special))
                     norms[h].append(content_rows(res[h], text.special).norm(dim=-1))
-            for h in missing:
-                self._cache[(key, h)] = (torch.stack(means[h]), torch.cat(norms[h]))
-        return {h: self._cache[(key, h)] for h in hooks}
+            for h in grab:
+                have[h] = (torch.stack(means[h]), torch.cat(norms[h]))
+            while len(self._cache) > CACHED_SETS:
+                self._cache.popitem(last=False)
+        return {h: have[h] for h in hooks}
+
+    def _concept_hooks(self) -> list[str]:
+        """The hooks concept tools read: the default layer and every whole-hook SAE's."""
+        saes = self.engine.saes
+        widths = self.engine.model.runtime.hook_widths()
+        hooks = [saes.config(s).hook_name for s in saes.sources()]
+        return [self.default_hook(), *(h for h in hooks if h in widths)]
 
     # -- the public tools ------------------------------------------------------------------
     def feature_strength(self, hook: str) -> float:
@@ -230,7 +271,7 @@ class Concepts:
 
         hook = self.default_hook() if hook is None else self._check_hook(hook, "hook")
         pos = self._positive(positive, "positive")
-        neg = neutral_examples() if negative is None else check_examples(negative, "negative")
+        neg = self._negative(positive, negative)
         d = direction(self.means(pos, [hook])[hook], self.means(neg, [hook])[hook])
         if not torch.isfinite(d).all() or float(d.norm()) == 0.0:
             raise RequestError("positive", "does not differ from the negative examples")
@@ -264,7 +305,7 @@ class Concepts:
                 )
         pos = self._positive(query if examples is None else examples, "examples")
         pm = self.means(pos, sorted(set(hooks.values())))
-        nm = self.means(neutral_examples(), sorted(set(hooks.values())))
+        nm = self.means(self._negative(query, None), sorted(set(hooks.values())))
         found = []
         for source, hook in hooks.items():
             d = direction(pm[hook], nm[hook])
@@ -303,7 +344,21 @@ class Concepts:
             return self.examples(positive)
         return check_examples(positive, field)
 
+    def _negative(self, positive, negative) -> list[Prompt]:
+        """The caller's negatives, or the contrast set less the concept's own subject."""
+        if negative is not None:
+            return check_examples(negative, "negative")
+        return baseline(positive if isinstance(positive, str) else None)
+
     def _check_hook(self, hook: str, field: str) -> str:
         if hook not in self.engine.model.runtime.hook_widths():
             raise RequestError(field, f"the model has no hook {hook!r}")
         return hook
+
+
+def _remember(cache: OrderedDict, key, value, size: int = CACHED_SETS) -> None:
+    """Put ``value`` under ``key`` and drop the least recently used entries past ``size``."""
+    cache[key] = value
+    cache.move_to_end(key)
+    while len(cache) > size:
+        cache.popitem(last=False)

@@ -25,8 +25,8 @@ HOOK = "blocks.8.hook_resid_post"
 
 
 # -- on the real model ------------------------------------------------------------------------
-def _manual_means(engine, texts):
-    """Per-text content means at HOOK, captured by our own hook on the runtime."""
+def _manual_means(engine, texts, hook=HOOK):
+    """Per-text content means at ``hook``, captured by our own hook on the runtime."""
     out = []
     for t in texts:
         text = engine.text(t)
@@ -36,7 +36,8 @@ def _manual_means(engine, texts):
             got["x"] = x[0].clone()
 
         ids = torch.tensor([list(text.ids)])
-        engine.model.runtime.forward(ids, hooks={HOOK: grab}, stop_at_layer=9)
+        layer = int(hook.split(".")[1])
+        engine.model.runtime.forward(ids, hooks={hook: grab}, stop_at_layer=layer + 1)
         keep = [i for i, s in enumerate(text.special) if not s and i > 0]
         out.append(got["x"][keep].mean(0))
     return torch.stack(out)
@@ -54,7 +55,7 @@ def test_concept_vector_is_the_difference_in_means(engine):
 
 
 def test_concept_vector_default_hook_and_bad_input(engine):
-    vec = engine.concept_vector(POS)  # neutral set as negatives, measured default layer
+    vec = engine.concept_vector(POS)  # contrast set as negatives, measured default layer
     assert vec.hook == engine.concepts.default_hook()
     with pytest.raises(sw.RequestError) as err:
         engine.concept_vector(POS, hook="blocks.99.hook_resid_post")
@@ -65,6 +66,27 @@ def test_concept_vector_default_hook_and_bad_input(engine):
     with pytest.raises(sw.RequestError) as err:
         engine.concept_vector(POS, negative=[3])
     assert err.value.field == "negative[0]"
+
+
+def test_default_negatives_are_the_contrast_set_less_the_concept(engine):
+    hook = engine.concepts.default_hook()
+    vec = engine.concept_vector(POS)  # texts: the whole contrast set is the baseline
+    neg = engine.concepts.means(concepts.baseline(), [hook])[hook]
+    expected = _manual_means(engine, POS, hook).mean(0) - neg.mean(0)
+    assert torch.allclose(vec.vector, expected / expected.norm(), atol=1e-5)
+    assert len(concepts.baseline("fruit")) < len(concepts.baseline())
+
+
+def test_one_pass_captures_every_concept_hook_it_reaches(engine, sources):
+    texts = ["A quiet harbour at dawn, gulls over the boats.", "Snow fell on the old bridge."]
+    hooks = {engine.saes.config(s).hook_name for s in sources}
+    deepest = max(hooks, key=lambda h: int(h.split(".")[1]))
+    before = engine.residual_cache.stats()["forwards"]
+    engine.concepts.means(texts, [deepest])
+    assert engine.residual_cache.stats()["forwards"] == before + len(texts)
+    engine.residual_cache.clear()  # the means, not the residual cache, must answer now
+    engine.concepts.means(texts, [*sorted(hooks), engine.concepts.default_hook()])
+    assert engine.residual_cache.stats()["forwards"] == 0
 
 
 def test_decompose_finds_the_rows_a_vector_was_built_from(engine, sources):

@@ -38,3 +38,27 @@ def test_feature_matches_frame():
     frame = m.to_frame()
     assert list(frame.columns) == ["source", "index", "score", "label", "strength"]
     assert frame.iloc[0]["index"] == 3
+
+
+def test_contrast_baseline_leaves_out_the_concepts_own_subject():
+    chats, subjects = concepts.contrast_examples()
+    assert len(chats) == len(subjects) and len(set(subjects)) >= 40
+    assert all(c[-1]["role"] == "assistant" and c[-1]["content"] for c in chats)
+    everything = concepts.baseline()
+    assert len(everything) == len(chats)
+    fruit = concepts.baseline("Fruit ")
+    dropped = [s for s in subjects if "fruit" in s.lower()]
+    assert dropped and len(fruit) == len(chats) - len(dropped)
+    assert concepts.baseline("tango") == everything  # no subject names it
+
+
+def test_remember_keeps_the_most_recently_used():
+    from collections import OrderedDict
+
+    cache: OrderedDict = OrderedDict()
+    for k in "abc":
+        concepts._remember(cache, k, k.upper(), size=2)
+    assert list(cache) == ["b", "c"]
+    cache.move_to_end("b")
+    concepts._remember(cache, "d", "D", size=2)
+    assert list(cache) == ["b", "d"]
