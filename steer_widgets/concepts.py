@@ -45,11 +45,13 @@ SAMPLES_PER_TEMPLATE = 3
 EXAMPLE_TOKENS = 40
 EXAMPLE_TEMPERATURE = 0.8
 # Measured on the dev half of benchmarks/data/steer_concepts.json with scripts/tune_steering.py
-# (README, "Steering efficacy"): the layer where concept vectors steered best at a fluency
-# cost near 1 nat (layer 9 of SmolLM2's 30; layers 6-18 tried), as a fraction of depth, and
-# the strengths in typical residual norms (0.15-0.5 tried; 1.0 wrecks the text).
-CONCEPT_DEPTH = 0.31
-VECTOR_STRENGTH = 0.35
+# (README, "Steering efficacy"): with contrast-set negatives, the layer where concept vectors
+# steered best at a fluency cost under 1 nat (layer 12 of SmolLM2's 30, 40% success at +0.70
+# nat on 12 dev concepts; layers 6-14, several layers at once, 8 samples per request and
+# chat+plain examples tried and no better), as a fraction of depth, and the strengths in
+# typical residual norms (0.25-0.5 tried; 0.3 gave 44% at +1.02; 1.0 wrecks the text).
+CONCEPT_DEPTH = 0.41
+VECTOR_STRENGTH = 0.25
 FEATURE_STRENGTH = 0.5
 
 Prompt = str | Sequence[dict]
