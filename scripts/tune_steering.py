@@ -4,9 +4,11 @@ For each dev concept of ``benchmarks/data/steer_concepts.json`` and each prompt,
 tokens: concept vectors at several layers and strengths, and the top concept-search feature
 of each SAE at several strengths, all decoded in one batch per prompt. Prints success rate
 and fluency delta (the steer_efficacy scoring) per configuration; the constants in
-``steer_widgets/concepts.py`` come from this table. The report half is never read here::
+``steer_widgets/concepts.py`` come from this table. The report half is never read here.
+``--negatives neutral`` contrasts with the topic-free neutral set (the first baseline) instead
+of the contrast set::
 
-    HF_HUB_OFFLINE=1 .venv/bin/python scripts/tune_steering.py --out /tmp/tune.json
+    HF_HUB_OFFLINE=1 .venv/bin/python scripts/tune_steering.py --out /tmp/tune.json --limit 12
 """
 
 from __future__ import annotations
@@ -21,8 +23,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-LAYERS = (6, 9, 12, 15, 18)
-VECTOR_MULTS = (0.15, 0.25, 0.35)
+LAYERS = (9, 10, 12, 14)
+VECTOR_MULTS = (0.25, 0.3, 0.35, 0.4)
 FEATURE_MULTS = (0.25, 0.5)
 
 
@@ -30,11 +32,12 @@ def main(argv=None) -> None:
     import bench_steer_efficacy as bench
 
     import steer_widgets as sw
-    from steer_widgets.concepts import neutral_examples
+    from steer_widgets.concepts import baseline, neutral_examples
 
     p = argparse.ArgumentParser()
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--limit", type=int, default=None, help="first N dev concepts")
+    p.add_argument("--negatives", choices=("contrast", "neutral"), default="contrast")
     args = p.parse_args(argv)
     data = json.loads(bench.DATA.read_text())
     names = data["split"]["dev"][: args.limit]
@@ -49,18 +52,19 @@ def main(argv=None) -> None:
         hooks = [f"blocks.{x}.hook_resid_post" for x in LAYERS]
         hooks += [engine.saes.config(s).hook_name for s in sources]
         engine.concepts.means(engine.concepts.examples(name), hooks)  # one pass for all hooks
-        engine.concepts.means(neutral_examples(), hooks)
+        negatives = baseline(name) if args.negatives == "contrast" else list(neutral_examples())
+        engine.concepts.means(negatives, hooks)
         reqs = {}
         for layer in LAYERS:
             hook = f"blocks.{layer}.hook_resid_post"
-            vec = engine.concept_vector(name, hook=hook)
+            vec = engine.concept_vector(name, negatives, hook=hook)
             norm = engine.typical_norm(hook)
             reqs[f"vector:L{layer}"] = {
                 "vectors": [sw.Vector(vec.vector, hook, norm)],
                 "mults": VECTOR_MULTS,
             }
         for s in sources:
-            m = engine.search_features(name, sources=[s], n=1)[0]
+            m = engine.search_features(name, sources=[s], n=1)[0]  # contrast set only
             norm = engine.typical_norm(engine.saes.config(s).hook_name)
             reqs[f"feature:{s}"] = {
                 "features": [sw.Feature(s, m.index, norm)],
