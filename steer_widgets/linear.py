@@ -7,9 +7,10 @@ generated alone. Two kernels avoid that:
 
 * ``"rows"`` (the CPU default): ``x @ W.T`` on the transposed weight stored contiguously, the
   fastest single-row product we measured here (a streaming matrix-vector kernel, at about
-  the machine's read bandwidth). It is not batch-invariant, so the runtime decodes one row
-  per product (``invariance.py`` measures that at load and the row groups follow): a batch of
-  rows reads the weights once per row, each row exactly as alone.
+  the machine's read bandwidth). With several decode rows each row still gets its own
+  matrix-vector product (a ``bmm`` over the rows against the same weight), one slice of the
+  weight at a time so the slice is still in cache when the next row reads it; each row is
+  computed exactly as alone (``invariance.py`` checks it at load, else rows go one by one).
 * ``"onednn"``: oneDNN's inner product on a weight packed once at load uses one kernel for
   every row count we decode with (measured: 1-16 rows give bit-identical rows while the
   reduction is at most 1024 long; longer ones are split into equal chunks summed in a fixed
@@ -25,6 +26,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+SLICE_BYTES = 2**20  # weight slice that stays in L2 while every decode row reads it
 MAX_REDUCTION = 1024  # longest K measured batch-invariant with oneDNN packed weights
 PACK_ROWS = 8  # the batch size oneDNN is told to pack for; any row count runs
 KERNELS = ("rows", "onednn")
@@ -49,6 +51,10 @@ class Linear:
         self.onednn = kernel == "onednn" and onednn_available(w)
         if not self.onednn:
             self.wt = w.t().contiguous()  # [in, out]: the streaming single-row kernel
+            cols = max(64, SLICE_BYTES // (self.in_features * self.element_size) // 64 * 64)
+            self.col_slices = [
+                (a, min(a + cols, self.out_features)) for a in range(0, self.out_features, cols)
+            ]
             return
         n_chunks = -(-self.in_features // MAX_REDUCTION)
         bounds = [round(i * self.in_features / n_chunks) for i in range(n_chunks + 1)]
@@ -60,7 +66,17 @@ class Linear:
 
     def __call__(self, x: Tensor) -> Tensor:
         if not self.onednn:
-            out = torch.matmul(x, self.wt)
+            rows = x.shape[0]
+            if rows == 1 or x.dim() != 3 or x.shape[1] != 1 or x.device.type != "cpu":
+                out = torch.matmul(x, self.wt)
+            else:  # decode rows: one matrix-vector product each, a cached slice at a time
+                out = torch.cat(
+                    [
+                        torch.bmm(x, self.wt[:, a:b].expand(rows, -1, -1))
+                        for a, b in self.col_slices
+                    ],
+                    dim=-1,
+                )
         else:
             out = self._packed(x)
         return out if self.bias is None else out + self.bias
