@@ -419,8 +419,8 @@ class Transformer:
         kernel: str = "rows",
     ) -> None:
         """``kernel``: how decode rows share matrix products (``linear.KERNELS``): "rows"
-        (one product per row, the fastest for one or two rows) or "onednn" (one product for
-        all rows, for many rows per step on a CPU)."""
+        (a matrix-vector product per row, the fastest for one row) or "onednn" (one product
+        for all rows on a CPU, the faster from two rows a step)."""
         dtype = dtype or torch.float32
         self.cfg, self.dtype, self.kernel = cfg, dtype, kernel
         self.layer_devices = place_layers(device, cfg.n_layers)
@@ -639,9 +639,6 @@ class Transformer:
         return tables
 
     def _mm(self, x: Tensor, w: Linear) -> Tensor:
-        """``w(x)`` on decode rows in groups no larger than ``row_groups["matmul"]``."""
-        if x.shape[0] <= self.row_groups["matmul"] or x.shape[1] != 1:
-            return w(x)
         return self._chunked("matmul", w, x)
 
     def _chunked(self, kind: str, fn, *xs: Tensor) -> Tensor:
@@ -698,12 +695,9 @@ class Transformer:
             cache.v[i][:, :, start : start + t] = v
             k, v = cache.k[i][:, :, : start + t], cache.v[i][:, :, : start + t]
         window = cfg.windows[i] if cfg.windows else None
-        if b <= self.row_groups["attention"] or t != 1:
-            z = self._attend(q, k, v, start, window)
-        else:
-            z = self._chunked(
-                "attention", lambda q, k, v: self._attend(q, k, v, start, window), q, k, v
-            )
+        z = self._chunked(
+            "attention", lambda q, k, v: self._attend(q, k, v, start, window), q, k, v
+        )
         z = _run(hooks, f"blocks.{i}.attn.hook_z", z.transpose(1, 2), start)  # [B, T, H, d_head]
         return self._mm(z.reshape(b, t, -1), layer.wo)
 
