@@ -20,54 +20,57 @@ from steer_widgets.generation import Row, Sampling, decode
 from steer_widgets.transformer import Transformer, TransformerConfig
 
 N_NEW, PROMPT_LEN, VOCAB = 32, 24, 32000
-WIDE = dict(hidden_size=768, num_hidden_layers=12, vocab_size=VOCAB)
 
-CONFIGS = {
-    "gpt2": lambda: tf.GPT2Config(
-        n_embd=768, n_layer=12, n_head=12, vocab_size=VOCAB, bos_token_id=0, eos_token_id=0
-    ),
-    "gemma2": lambda: tf.Gemma2Config(
-        **WIDE, intermediate_size=3072, num_attention_heads=4, num_key_value_heads=2, head_dim=256
-    ),
-    "gemma3": lambda: tf.Gemma3TextConfig(
-        **WIDE, intermediate_size=3072, num_attention_heads=4, num_key_value_heads=2, head_dim=256
-    ),
-    "qwen2": lambda: tf.Qwen2Config(
-        **WIDE, intermediate_size=2048, num_attention_heads=12, num_key_value_heads=2
-    ),
-    "qwen3": lambda: tf.Qwen3Config(
-        **WIDE, intermediate_size=2048, num_attention_heads=12, num_key_value_heads=4, head_dim=64
-    ),
-    "mistral": lambda: tf.MistralConfig(
-        **WIDE, intermediate_size=2048, num_attention_heads=12, num_key_value_heads=4, head_dim=64
-    ),
-    "llama3": lambda: tf.LlamaConfig(
-        **WIDE,
-        intermediate_size=2048,
-        num_attention_heads=12,
-        num_key_value_heads=4,
-        max_position_embeddings=131072,
-        tie_word_embeddings=True,
-        rope_parameters={
-            "rope_type": "llama3",
-            "rope_theta": 500000.0,
-            "factor": 32.0,
-            "low_freq_factor": 1.0,
-            "high_freq_factor": 4.0,
-            "original_max_position_embeddings": 8192,
-        },
-    ),  # fmt: skip
-    "gpt_neox": lambda: tf.GPTNeoXConfig(
-        **WIDE,
-        intermediate_size=3072,
-        num_attention_heads=12,
-        rope_parameters={
-            "rope_type": "default",
-            "rope_theta": 10000.0,
-            "partial_rotary_factor": 0.25,
-        },
-    ),  # fmt: skip
-}
+
+def configs(tiny: bool = False) -> dict:
+    """Per architecture, a function building its transformers config: realistic width
+    (d_model 768, 12 layers, vocabulary 32,000), or ``tiny`` (d_model 64, 2 layers, vocabulary
+    512) to run the same code paths in seconds (``gpu_check.py --tiny``)."""
+    d, layers, vocab = (64, 2, 512) if tiny else (768, 12, VOCAB)
+    heads, kv, head_dim, gemma_head_dim = (4, 2, 16, 32) if tiny else (12, 4, 64, 256)
+    mlp, mlp4 = (128, 256) if tiny else (2048, 3072)
+    wide = dict(hidden_size=d, num_hidden_layers=layers, vocab_size=vocab)
+    gemma = dict(
+        **wide,
+        intermediate_size=mlp4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=gemma_head_dim,
+    )
+    gqa = dict(**wide, intermediate_size=mlp, num_attention_heads=heads, num_key_value_heads=kv)
+    return {
+        "gpt2": lambda: tf.GPT2Config(
+            n_embd=d, n_layer=layers, n_head=heads, vocab_size=vocab, bos_token_id=0, eos_token_id=0
+        ),
+        "gemma2": lambda: tf.Gemma2Config(**gemma),
+        "gemma3": lambda: tf.Gemma3TextConfig(**gemma),
+        "qwen2": lambda: tf.Qwen2Config(**{**gqa, "num_key_value_heads": 2}),
+        "qwen3": lambda: tf.Qwen3Config(**gqa, head_dim=head_dim),
+        "mistral": lambda: tf.MistralConfig(**gqa, head_dim=head_dim),
+        "llama3": lambda: tf.LlamaConfig(
+            **gqa,
+            max_position_embeddings=131072,
+            tie_word_embeddings=True,
+            rope_parameters={
+                "rope_type": "llama3",
+                "rope_theta": 500000.0,
+                "factor": 32.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 8192,
+            },
+        ),  # fmt: skip
+        "gpt_neox": lambda: tf.GPTNeoXConfig(
+            **wide,
+            intermediate_size=mlp4,
+            num_attention_heads=heads,
+            rope_parameters={
+                "rope_type": "default",
+                "rope_theta": 10000.0,
+                "partial_rotary_factor": 0.25,
+            },
+        ),  # fmt: skip
+    }
 
 
 def _ours(model, ids: list[int], rows: list[Row], sampling: Sampling) -> list[list[int]]:
@@ -75,16 +78,18 @@ def _ours(model, ids: list[int], rows: list[Row], sampling: Sampling) -> list[li
     return [[s.tokens[r] for s in steps] for r in range(len(rows))]
 
 
-def _hf(hf, ids: list[int]) -> list[int]:
+def _hf(hf, ids: list[int], n_new: int = N_NEW) -> list[int]:
     out = hf.generate(
-        torch.tensor([ids]), max_new_tokens=N_NEW, do_sample=False,
-        attention_mask=torch.ones(1, len(ids), dtype=torch.long), pad_token_id=0,
+        torch.tensor([ids], device=hf.device), max_new_tokens=n_new, do_sample=False,
+        attention_mask=torch.ones(1, len(ids), dtype=torch.long, device=hf.device),
+        pad_token_id=0,
     )  # fmt: skip
     return out[0, len(ids) :].tolist()
 
 
 def _rows_identical(model, ids: list[int]) -> bool:
     direction = torch.randn(model.cfg.d_model, generator=torch.Generator().manual_seed(1))
+    direction = direction.to(model.device)
     hook = f"blocks.{model.cfg.n_layers // 2}.hook_resid_post"
     rows = [Row()] + [Row({hook: lambda x, s, c=c: x + c * direction}) for c in (4.0, -4.0)]
     sampling = Sampling(temperature=1.0, freq_penalty=1.0, seed=5, n_completion_tokens=16)
@@ -92,31 +97,53 @@ def _rows_identical(model, ids: list[int]) -> bool:
     return all(together[r] == _ours(model, ids, [row], sampling)[0] for r, row in enumerate(rows))
 
 
-def _one(name: str) -> dict:
+def check(
+    name: str,
+    device: str = "cpu",
+    dtype: torch.dtype = torch.float32,
+    tiny: bool = False,
+    n_new: int = N_NEW,
+    repeats: int = 2,
+) -> dict:
+    """The figures of one architecture: transformers' model and ours from the same random
+    weights, on ``device`` in ``dtype``; ours and transformers timed alternately."""
     torch.manual_seed(0)
-    hf = tf.AutoModelForCausalLM.from_config(CONFIGS[name](), dtype=torch.float32).eval()
-    hf.generation_config.eos_token_id = None  # both decode all N_NEW tokens, EOS or not
-    ours = Transformer(TransformerConfig.from_hf_config(hf.config), hf.state_dict())
-    ids = torch.randint(0, VOCAB, (PROMPT_LEN,), generator=torch.Generator().manual_seed(0))
+    config = configs(tiny)[name]()
+    hf = tf.AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
+    hf.generation_config.eos_token_id = None  # both decode all n_new tokens, EOS or not
+    ours = Transformer(
+        TransformerConfig.from_hf_config(hf.config), hf.state_dict(), device=device, dtype=dtype
+    )
+    hf = hf.to(device=device, dtype=dtype)
+    vocab = hf.config.vocab_size
+    ids = torch.randint(0, vocab, (PROMPT_LEN,), generator=torch.Generator().manual_seed(0))
     ids = ids.tolist()
-    greedy = Sampling(temperature=0.0, freq_penalty=0.0, seed=0, n_completion_tokens=N_NEW)
-    equal = _ours(ours, ids, [Row()], greedy)[0] == _hf(hf, ids)  # also warms both up
+    greedy = Sampling(temperature=0.0, freq_penalty=0.0, seed=0, n_completion_tokens=n_new)
+    ours_ids, hf_ids = _ours(ours, ids, [Row()], greedy)[0], _hf(hf, ids, n_new)  # warm-up too
     with torch.no_grad():
-        diff = (ours.forward(torch.tensor([ids])) - hf(torch.tensor([ids])).logits).abs().max()
-    ours_s = best_of(lambda: _ours(ours, ids, [Row()], greedy), repeats=2)
-    hf_s = best_of(lambda: _hf(hf, ids), repeats=2)
+        prompt = torch.tensor([ids], device=device)
+        diff = (ours.forward(prompt).float() - hf(prompt).logits.float()).abs().max()
+    ours_s, hf_s = [], []
+    for _ in range(repeats):  # alternate, so a noisy machine disturbs both alike
+        ours_s.append(best_of(lambda: _ours(ours, ids, [Row()], greedy), repeats=1))
+        hf_s.append(best_of(lambda: _hf(hf, ids, n_new), repeats=1))
+    same = next(
+        (i for i, (a, b) in enumerate(zip(ours_ids, hf_ids, strict=True)) if a != b), len(hf_ids)
+    )
     return {
-        "ours_tokens_per_s": N_NEW / ours_s,
-        "hf_tokens_per_s": N_NEW / hf_s,
-        "ours_vs_hf": hf_s / ours_s,
-        "greedy_equal_hf": equal,
+        "ours_tokens_per_s": n_new / min(ours_s),
+        "hf_tokens_per_s": n_new / min(hf_s),
+        "ours_vs_hf": min(hf_s) / min(ours_s),
+        "greedy_equal_hf": ours_ids == hf_ids,
+        "greedy_tokens_equal": same,
         "logits_max_abs_diff": float(diff),
         "rows_identical": _rows_identical(ours, ids),
+        "row_groups": dict(ours.row_groups),
         "params_m": sum(p.numel() for p in hf.parameters()) / 1e6,
     }
 
 
 def run() -> dict:
-    figures: dict = {name: _one(name) for name in CONFIGS}
+    figures: dict = {name: check(name) for name in configs()}
     figures["threads"] = torch.get_num_threads()
     return figures

@@ -124,7 +124,7 @@ def decode(
     cache.length = len(prompt_ids)
     samplers = [RowSampler(sampling, prompt_ids, model.cfg.vocab_size, row.seed) for row in rows]
     done = [False] * len(rows)
-    logits = torch.stack(last)
+    logits = torch.stack(last).float().cpu()  # one device-to-host copy per step, not per row
     for _ in range(n_new):
         if cancel is not None and cancel.is_set():
             return
@@ -135,7 +135,7 @@ def decode(
         if all(done) or cache.length >= cache.capacity:
             return
         feed = torch.tensor([[t if t is not None else 0] for t in tokens], device=model.device)
-        logits = model.forward(feed, cache, hooks=hooks)[:, -1]
+        logits = model.forward(feed, cache, hooks=hooks)[:, -1].float().cpu()
 
 
 class RowSampler:

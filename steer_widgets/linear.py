@@ -1,27 +1,38 @@
-"""Matrix products whose rows do not depend on how many other rows are in the batch.
+"""Matrix products for the fast runtime, and the two ways we keep batched rows exact.
 
-On these CPUs a plain fp32 ``x @ W`` uses a gemv path for one row and a gemm path for more,
-and the two round differently; for a steering tool that means DEFAULT generated beside
-STEERED is not DEFAULT generated alone. oneDNN's inner product on a weight packed once at
-load time uses one kernel for every row count we decode with (measured: 1-16 rows give
-bit-identical rows while the reduction is at most 1024 long), and it is faster than MKL's
-gemv at one row because the packing is not redone per call. Longer reductions are split into
-equal chunks summed in a fixed order. Where oneDNN is unavailable (GPU, some ARM builds) we
-fall back to ``F.linear`` and the runtime decodes in row groups that ``invariance.py``
-measured to be safe.
+BLAS libraries pick kernels by shape: on the project's CPUs an fp32 ``x @ W`` with one row
+takes a matrix-vector kernel and with two or more a matrix-matrix kernel, and the two round
+differently; for a steering tool that means DEFAULT generated beside STEERED is not DEFAULT
+generated alone. Two kernels avoid that:
+
+* ``"rows"`` (the CPU default): ``x @ W.T`` on the transposed weight stored contiguously, the
+  fastest single-row product we measured here (a streaming matrix-vector kernel, at about
+  the machine's read bandwidth). With several decode rows each row still gets its own
+  matrix-vector product (a ``bmm`` over the rows against the same weight), one slice of the
+  weight at a time so the slice is still in cache when the next row reads it; each row is
+  computed exactly as alone (``invariance.py`` checks it at load, else rows go one by one).
+* ``"onednn"``: oneDNN's inner product on a weight packed once at load uses one kernel for
+  every row count we decode with (measured: 1-16 rows give bit-identical rows while the
+  reduction is at most 1024 long; longer ones are split into equal chunks summed in a fixed
+  order). All rows share one pass over the weights, but one row takes about 1.4x as long
+  as with ``"rows"`` here: the kernel for row-heavy workloads (two or more rows a step).
+
+On GPUs (and wherever oneDNN is unavailable) ``"rows"`` is the plain cuBLAS product, and the
+row groups measured at load say how many rows it may batch exactly.
 """
 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
+SLICE_BYTES = 2**20  # weight slice that stays in L2 while every decode row reads it
 MAX_REDUCTION = 1024  # longest K measured batch-invariant with oneDNN packed weights
 PACK_ROWS = 8  # the batch size oneDNN is told to pack for; any row count runs
+KERNELS = ("rows", "onednn")
 
 
-def _onednn_ok(w: Tensor) -> bool:
+def onednn_available(w: Tensor) -> bool:
     return (
         w.device.type == "cpu" and w.dtype == torch.float32 and torch.backends.mkldnn.is_available()
     )
@@ -31,13 +42,19 @@ class Linear:
     """``y = x @ w.T (+ bias)`` for ``w`` [out, in]; the bias is added after the (chunked)
     product, an elementwise step that cannot depend on the row count."""
 
-    def __init__(self, w: Tensor, use_onednn: bool = True, bias: Tensor | None = None) -> None:
+    def __init__(self, w: Tensor, kernel: str = "rows", bias: Tensor | None = None) -> None:
+        if kernel not in KERNELS:
+            raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")
         self.out_features, self.in_features = w.shape
         self.element_size = w.element_size()
         self.bias = None if bias is None else bias.contiguous()
-        self.onednn = use_onednn and _onednn_ok(w)
+        self.onednn = kernel == "onednn" and onednn_available(w)
         if not self.onednn:
-            self.parts = [w.contiguous()]
+            self.wt = w.t().contiguous()  # [in, out]: the streaming single-row kernel
+            cols = max(64, SLICE_BYTES // (self.in_features * self.element_size) // 64 * 64)
+            self.col_slices = [
+                (a, min(a + cols, self.out_features)) for a in range(0, self.out_features, cols)
+            ]
             return
         n_chunks = -(-self.in_features // MAX_REDUCTION)
         bounds = [round(i * self.in_features / n_chunks) for i in range(n_chunks + 1)]
@@ -48,12 +65,18 @@ class Linear:
         ]
 
     def __call__(self, x: Tensor) -> Tensor:
-        out = self._product(x)
+        out = self._packed(x) if self.onednn else self._rows(x)
         return out if self.bias is None else out + self.bias
 
-    def _product(self, x: Tensor) -> Tensor:
-        if not self.onednn:
-            return F.linear(x, self.parts[0])
+    def _rows(self, x: Tensor) -> Tensor:
+        rows = x.shape[0]
+        if rows == 1 or x.dim() != 3 or x.shape[1] != 1 or x.device.type != "cpu":
+            return torch.matmul(x, self.wt)
+        # decode rows on a CPU: a matrix-vector product each, one cached weight slice at a time
+        parts = [torch.bmm(x, self.wt[:, a:b].expand(rows, -1, -1)) for a, b in self.col_slices]
+        return torch.cat(parts, dim=-1)
+
+    def _packed(self, x: Tensor) -> Tensor:
         lead = x.shape[:-1]
         x2 = x.reshape(-1, self.in_features)
         out = None

@@ -364,7 +364,7 @@ def row_op(
         if unsteered_positions is None or start >= len(unsteered_positions):
             return new
         keep = unsteered_positions[start : start + x.shape[1]]
-        keep = torch.cat([keep, keep.new_zeros(x.shape[1] - len(keep))])
+        keep = torch.cat([keep, keep.new_zeros(x.shape[1] - len(keep))]).to(x.device)
         return torch.where(keep[None, :, None], x, new)
 
     return op

@@ -416,9 +416,13 @@ class Transformer:
         state: Mapping[str, Tensor],
         device: str | Sequence[str] = "cpu",
         dtype: torch.dtype | None = None,
+        kernel: str = "rows",
     ) -> None:
+        """``kernel``: how decode rows share matrix products (``linear.KERNELS``): "rows"
+        (a matrix-vector product per row, the fastest for one row) or "onednn" (one product
+        for all rows on a CPU, the faster from two rows a step)."""
         dtype = dtype or torch.float32
-        self.cfg, self.dtype = cfg, dtype
+        self.cfg, self.dtype, self.kernel = cfg, dtype, kernel
         self.layer_devices = place_layers(device, cfg.n_layers)
         self.device, last = self.layer_devices[0], self.layer_devices[-1]
         self.act = ACTIVATIONS[cfg.act]
@@ -436,7 +440,12 @@ class Transformer:
         self.unembed_weight = self.embed if tied else w(unembed, last)
         self.final_norm = self._norm_weights(state, names["final_norm"], last)
         self.layers = [self._layer(state, names, i) for i in range(cfg.n_layers)]
-        self._rope: dict = {}  # (Rope, device) -> (cos, sin), grown on demand
+        self._rope: dict = {}  # (Rope, device) -> (cos, signed sin), grown on demand
+        self._embed_scale = (
+            None
+            if cfg.embed_scale is None
+            else torch.tensor(cfg.embed_scale, dtype=dtype, device=self.device)
+        )
         self.row_groups = self.calibrate()
 
     def _linear(self, state, names: Sequence[str], dev) -> Linear:
@@ -445,15 +454,14 @@ class Transformer:
         bias = torch.cat(biases) if all(b is not None for b in biases) else None
         return Linear(
             weight.to(device=dev, dtype=self.dtype),
+            kernel=self.kernel,
             bias=None if bias is None else bias.to(device=dev, dtype=self.dtype),
         )
 
     def _norm_weights(self, state, name: str, dev) -> Norm:
-        weight = state[name + ".weight"].to(device=dev, dtype=torch.float32)
-        if self.cfg.norm_offset:
-            weight = weight + self.cfg.norm_offset  # what Gemma's (1 + w) computes in fp32
-        else:
-            weight = weight.to(self.dtype)
+        weight = state[name + ".weight"].to(device=dev, dtype=self.dtype)
+        if self.cfg.norm_offset:  # what Gemma's (1 + w) computes in fp32, from w in our dtype
+            weight = weight.float() + self.cfg.norm_offset
         bias = state.get(name + ".bias")
         return weight.contiguous(), None if bias is None else bias.to(dev, self.dtype)
 
@@ -551,15 +559,18 @@ class Transformer:
         ``last_only`` unembeds the last position only (what decoding needs).
         """
         cfg, hooks = self.cfg, hooks or {}
-        start = cache.length if cache is not None else 0
-        if start + tokens.shape[1] > (cache.capacity if cache else cfg.max_context):
+        start, t = (cache.length if cache is not None else 0), tokens.shape[1]
+        if start + t > (cache.capacity if cache else cfg.max_context):
             raise ValueError("sequence longer than the cache or the model's context")
         x = self._embed(tokens.to(self.device), start)
         n_layers = cfg.n_layers if stop_at_layer is None else stop_at_layer
+        rotary = self._rotary(start, t)
         for i in range(n_layers):
-            x = self._block(i, x.to(self.layer_devices[i]), start, cache, hooks)
+            if x.device != self.layer_devices[i]:
+                x = x.to(self.layer_devices[i])
+            x = self._block(i, x, start, cache, hooks, rotary[i])
         if cache is not None:
-            cache.length = start + tokens.shape[1]
+            cache.length = start + t
         if stop_at_layer is not None:
             return x
         if last_only:
@@ -572,8 +583,8 @@ class Transformer:
 
     def _embed(self, tokens: Tensor, start: int) -> Tensor:
         x = F.embedding(tokens, self.embed)
-        if self.cfg.embed_scale is not None:
-            x = x * torch.tensor(self.cfg.embed_scale, dtype=x.dtype, device=x.device)
+        if self._embed_scale is not None:
+            x = x * self._embed_scale
         if self.pos_embed is not None:
             x = x + self.pos_embed[start : start + tokens.shape[1]]
         return x
@@ -582,25 +593,35 @@ class Transformer:
         weight, bias = norm
         if self.cfg.norm == "layer":
             return F.layer_norm(x, (x.shape[-1],), weight, bias, self.cfg.norm_eps)
-        h = x.float()  # no-op in float32: the same operations as transformers' LlamaRMSNorm
+        # transformers' LlamaRMSNorm and Gemma's RMSNorm, operation for operation (the casts
+        # are skipped in float32, where they do nothing but cost a dispatch each)
+        h = x if x.dtype == torch.float32 else x.float()
         h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.cfg.norm_eps)
         if self.cfg.norm_offset:  # Gemma: (h * (1 + w)) in fp32, then cast
-            return (h * weight).to(x.dtype)
-        return weight * h.to(x.dtype)
+            h = h * weight
+            return h if x.dtype == torch.float32 else h.to(x.dtype)
+        return weight * (h if x.dtype == torch.float32 else h.to(x.dtype))
 
-    def _rotate(self, x: Tensor, start: int, rope: Rope) -> Tensor:
-        t = x.shape[2]
-        cos, sin = self._rope_tables(rope, x.device, start + t)
-        cos, sin = cos[start : start + t], sin[start : start + t]
-        dim = cos.shape[-1]
-        if dim == x.shape[-1]:
-            return _rotate_half_pairs(x, cos, sin)
-        return torch.cat((_rotate_half_pairs(x[..., :dim], cos, sin), x[..., dim:]), dim=-1)
+    def _rotary(self, start: int, t: int) -> list[tuple[Tensor, Tensor] | None]:
+        """Per layer, cos and signed sin [T, 1, rotary dims] at positions ``start..start+T``,
+        sliced once per forward pass for all layers sharing a rotary and a device."""
+        if not self.cfg.ropes:
+            return [None] * self.cfg.n_layers
+        shared: dict = {}
+        out = []
+        for rope, dev in zip(self.cfg.ropes, self.layer_devices, strict=True):
+            key = (id(rope), dev)
+            if key not in shared:
+                cos, sin = self._rope_tables(rope, dev, start + t)
+                shared[key] = (cos[start : start + t, None], sin[start : start + t, None])
+            out.append(shared[key])
+        return out
 
     def _rope_tables(self, rope: Rope, device, length: int) -> tuple[Tensor, Tensor]:
-        """cos and sin for positions [0, n) with n >= length: the whole context when that is
-        at most ``ROPE_TABLE`` positions, else grown by doubling (a position's values do not
-        depend on the table size), so a 128k-context model does not hold 128k rows."""
+        """cos and signed sin for positions [0, n) with n >= length: the whole context when
+        that is at most ``ROPE_TABLE`` positions, else grown by doubling (a position's values
+        do not depend on the table size), so a 128k-context model does not hold 128k rows.
+        The sin table's first half is negated, for ``_rotate``."""
         key = (rope, device)
         tables = self._rope.get(key)
         if tables is None or tables[0].shape[0] < length:
@@ -613,6 +634,7 @@ class Transformer:
             cos, sin = emb.cos(), emb.sin()
             if rope.scaling != 1.0:
                 cos, sin = cos * rope.scaling, sin * rope.scaling
+            sin = torch.cat((-sin[:, : len(rope.inv_freq)], sin[:, len(rope.inv_freq) :]), dim=-1)
             tables = self._rope[key] = (cos.to(self.dtype), sin.to(self.dtype))
         return tables
 
@@ -631,10 +653,10 @@ class Transformer:
             return fn(*xs)
         return torch.cat([fn(*(x[i : i + g] for x in xs)) for i in range(0, b, g)])
 
-    def _block(self, i: int, x: Tensor, start: int, cache, hooks) -> Tensor:
+    def _block(self, i: int, x: Tensor, start: int, cache, hooks, rotary) -> Tensor:
         layer, p = self.layers[i], f"blocks.{i}."
         x = _run(hooks, p + "hook_resid_pre", x, start)
-        attn_out = self._attention(i, self._norm(x, layer.attn_norm), start, cache, hooks)
+        attn_out = self._attention(i, self._norm(x, layer.attn_norm), start, cache, hooks, rotary)
         if layer.post_attn_norm is not None:
             attn_out = self._norm(attn_out, layer.post_attn_norm)
         attn_out = _run(hooks, p + "hook_attn_out", attn_out, start)
@@ -656,17 +678,18 @@ class Transformer:
         out = self._mm(h, layer.w_down)
         return out if layer.post_mlp_norm is None else self._norm(out, layer.post_mlp_norm)
 
-    def _attention(self, i: int, x: Tensor, start: int, cache, hooks) -> Tensor:
+    def _attention(self, i: int, x: Tensor, start: int, cache, hooks, rotary) -> Tensor:
         cfg, layer = self.cfg, self.layers[i]
         b, t, _ = x.shape
-        hd, nh, nkv = cfg.d_head, cfg.n_heads, cfg.n_kv_heads
-        q, k, v = self._mm(x, layer.wqkv).split([nh * hd, nkv * hd, nkv * hd], dim=-1)
-        q, k, v = q.view(b, t, nh, hd), k.view(b, t, nkv, hd), v.view(b, t, nkv, hd)
+        nh, nkv = cfg.n_heads, cfg.n_kv_heads
+        qkv = self._mm(x, layer.wqkv).view(b, t, nh + 2 * nkv, cfg.d_head)
+        qk, v = qkv[:, :, : nh + nkv], qkv[:, :, nh + nkv :]  # q and k heads rotate together
         if layer.q_norm is not None:
-            q, k = self._norm(q, layer.q_norm), self._norm(k, layer.k_norm)
-        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-        if cfg.ropes:
-            q, k = self._rotate(q, start, cfg.ropes[i]), self._rotate(k, start, cfg.ropes[i])
+            q, k = self._norm(qk[:, :, :nh], layer.q_norm), self._norm(qk[:, :, nh:], layer.k_norm)
+            qk = torch.cat((q, k), dim=2)
+        if rotary is not None:
+            qk = _rotate(qk, *rotary)
+        q, k, v = qk[:, :, :nh].transpose(1, 2), qk[:, :, nh:].transpose(1, 2), v.transpose(1, 2)
         if cache is not None:
             cache.k[i][:, :, start : start + t] = k
             cache.v[i][:, :, start : start + t] = v
@@ -707,10 +730,15 @@ class Transformer:
         return _softcapped_attention(q, k, v, mask, causal, self.cfg.attn_scale, cap)
 
 
-def _rotate_half_pairs(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    half = x.shape[-1] // 2
-    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return x * cos + rotated * sin
+def _rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotary embedding of the first ``cos.shape[-1]`` dims of each head of ``x`` [B, T, H,
+    d_head]: transformers' ``x * cos + rotate_half(x) * sin`` with the sign of
+    ``rotate_half`` folded into ``sin`` (the same products, so the same bits)."""
+    dim = cos.shape[-1]
+    if dim == x.shape[-1]:
+        return x * cos + x.roll(dim // 2, dims=-1) * sin
+    r = x[..., :dim]
+    return torch.cat((r * cos + r.roll(dim // 2, dims=-1) * sin, x[..., dim:]), dim=-1)
 
 
 def _softcapped_attention(q, k, v, mask, causal: bool, scale: float | None, cap: float) -> Tensor:
@@ -734,4 +762,7 @@ def _run(hooks: Mapping[str, Hook], name: str, x: Tensor, start: int) -> Tensor:
     if fn is None:
         return x
     out = fn(x, start)
-    return x if out is None else out
+    if out is None:
+        return x
+    # a hook may compute in float32 (steering vectors are float32): keep the model's dtype
+    return out if out.dtype == x.dtype else out.to(x.dtype)

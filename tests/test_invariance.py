@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from steer_widgets.invariance import MAX_GROUP, rows_match_solo
+from steer_widgets.linear import KERNELS
+from steer_widgets.transformer import Transformer, TransformerConfig
 
 
 def test_calibrated_groups_are_invariant_for_every_linear_and_largest(engine):
@@ -22,11 +25,8 @@ def test_calibrated_groups_are_invariant_for_every_linear_and_largest(engine):
         assert not all(rows_match_solo(lin, x) for lin, x in zip(linears, one_more, strict=True))
 
 
-def test_decode_rows_in_one_batch_equal_rows_alone(engine):
-    """A whole decode step: six different rows together vs each alone, bit for bit."""
-    runtime = engine.model.runtime
-    ids = torch.tensor([engine.tokenizer.encode("Rows never change each other").ids])
-    rows = 6
+def _assert_decode_step_rows_equal_rows_alone(runtime, ids: torch.Tensor, rows: int = 6) -> None:
+    """A whole decode step: ``rows`` different rows together vs each alone, bit for bit."""
     cache = runtime.new_cache(rows, ids.shape[1] + 1)
     for r in range(rows):
         runtime.forward(ids, cache.view(r))
@@ -37,3 +37,24 @@ def test_decode_rows_in_one_batch_equal_rows_alone(engine):
         alone = runtime.new_cache(1, ids.shape[1] + 1)
         runtime.forward(ids, alone)
         assert torch.equal(runtime.forward(step[r : r + 1], alone)[0], together[r])
+
+
+def test_decode_rows_in_one_batch_equal_rows_alone(engine):
+    ids = torch.tensor([engine.tokenizer.encode("Rows never change each other").ids])
+    _assert_decode_step_rows_equal_rows_alone(engine.model.runtime, ids)
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_both_matmul_kernels_keep_batched_rows_exact(kernel):
+    """A tiny random Llama on each matmul kernel (``linear.KERNELS``)."""
+    import transformers as tf
+
+    torch.manual_seed(0)
+    config = tf.LlamaConfig(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, vocab_size=300,
+    )  # fmt: skip
+    state = tf.LlamaForCausalLM(config).state_dict()
+    runtime = Transformer(TransformerConfig.from_hf_config(config), state, kernel=kernel)
+    assert runtime.unembed.onednn == (kernel == "onednn")
+    _assert_decode_step_rows_equal_rows_alone(runtime, torch.tensor([[1, 5, 9, 200, 7]]))
