@@ -5,7 +5,7 @@ takes a matrix-vector kernel and with two or more a matrix-matrix kernel, and th
 differently; for a steering tool that means DEFAULT generated beside STEERED is not DEFAULT
 generated alone. Two kernels avoid that:
 
-* ``"rows"`` (the CPU default): ``x @ W.T`` on the transposed weight stored contiguously, the
+* ``"rows"``: ``x @ W.T`` on the transposed weight stored contiguously, the
   fastest single-row product we measured here (a streaming matrix-vector kernel, at about
   the machine's read bandwidth). With several decode rows each row still gets its own
   matrix-vector product (a ``bmm`` over the rows against the same weight), one slice of the
@@ -15,7 +15,8 @@ generated alone. Two kernels avoid that:
   every row count we decode with (measured: 1-16 rows give bit-identical rows while the
   reduction is at most 1024 long; longer ones are split into equal chunks summed in a fixed
   order). All rows share one pass over the weights, but one row takes about 1.4x as long
-  as with ``"rows"`` here: the kernel for row-heavy workloads (two or more rows a step).
+  as with ``"rows"`` here: the kernel for row-heavy workloads (two or more rows a step),
+  and the CPU default, because steering decodes DEFAULT beside STEERED (and sweeps).
 
 On GPUs (and wherever oneDNN is unavailable) ``"rows"`` is the plain cuBLAS product, and the
 row groups measured at load say how many rows it may batch exactly.
@@ -42,7 +43,7 @@ class Linear:
     """``y = x @ w.T (+ bias)`` for ``w`` [out, in]; the bias is added after the (chunked)
     product, an elementwise step that cannot depend on the row count."""
 
-    def __init__(self, w: Tensor, kernel: str = "rows", bias: Tensor | None = None) -> None:
+    def __init__(self, w: Tensor, kernel: str = "onednn", bias: Tensor | None = None) -> None:
         if kernel not in KERNELS:
             raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")
         self.out_features, self.in_features = w.shape

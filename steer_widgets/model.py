@@ -54,6 +54,7 @@ def load_model(
     device: str | Sequence[str] = "cpu",
     dtype: torch.dtype = torch.float32,
     backend: str = "auto",
+    kernel: str = "onednn",
 ) -> LoadedModel:
     """Load ``name``: the offline default, a local folder, or a hub model (network needed).
 
@@ -64,6 +65,10 @@ def load_model(
     runtime (hub names, TransformerLens names such as ``gpt2-small`` or ``gemma-2-2b``, and
     local folders) and every other model TransformerLens knows through TransformerLens;
     "transformer_lens" forces TransformerLens.
+    ``kernel`` (fast runtime, ``linear.KERNELS``): "onednn" shares one matrix product among
+    the decode rows (the CPU default: a DEFAULT+STEERED pair or a sweep costs little more
+    than one row), "rows" gives each row its own matrix-vector product (about 1.4x faster
+    for a single row on CPU, but rows cost nearly their sum). GPUs always use "rows".
     """
     if backend not in ("auto", "fast", "transformer_lens"):
         raise ValueError(f"backend must be 'auto', 'fast' or 'transformer_lens', got {backend!r}")
@@ -80,7 +85,7 @@ def load_model(
 
         runtime = TransformerLensRuntime(hooked_llama(folder, _one_device(device), dtype))
         return LoadedModel(name, runtime, Tokenizer.from_folder(folder), folder)
-    return _load_folder(name, folder, device, dtype)
+    return _load_folder(name, folder, device, dtype, kernel)
 
 
 def _one_device(device: str | Sequence[str]) -> str:
@@ -203,7 +208,9 @@ def _download(name: str) -> Path:
         ) from err
 
 
-def _load_folder(name: str, folder: Path, device: str, dtype: torch.dtype) -> LoadedModel:
+def _load_folder(
+    name: str, folder: Path, device: str, dtype: torch.dtype, kernel: str = "onednn"
+) -> LoadedModel:
     from safetensors.torch import load_file
     from transformers import AutoConfig
 
@@ -226,7 +233,7 @@ def _load_folder(name: str, folder: Path, device: str, dtype: torch.dtype) -> Lo
         for f in files:
             state.update(load_file(f))
             bar.update()
-        runtime = Transformer(cfg, state, device=device, dtype=dtype)
+        runtime = Transformer(cfg, state, device=device, dtype=dtype, kernel=kernel)
         bar.update()
         # GPT-2 and GPT-NeoX tokenizers add no BOS; TransformerLens (and SAE Lens) put one first.
         tokenizer = Tokenizer.from_folder(folder, prepend_bos=cfg.layout in ("gpt2", "neox"))
