@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -25,17 +26,19 @@ from steer_widgets.widgets.presets import PRESET_DIR
 # name, concept, chat prompt, words a steered text should show, description
 CANDIDATES = [
     ("chocolate-favourite", "chocolate", "What is your favourite thing?", ("chocolate", "cocoa"),
-     "a favourite thing, steered toward chocolate (concept vector, layer 9)"),
+     "a favourite thing, steered toward chocolate"),
     ("music-weekend", "music", "What should I do this weekend?", ("music", "song", "concert"),
-     "weekend plans, steered toward music (concept vector, layer 9)"),
+     "weekend plans, steered toward music"),
     ("trees-advice", "trees", "Give me some advice for a good morning.", ("tree", "forest"),
-     "morning advice, steered toward trees (concept vector, layer 9)"),
+     "morning advice, steered toward trees"),
     ("sports-day", "sports", "Tell me about your day.", ("sport", "game", "team", "play"),
-     "a plain day, steered toward sports (concept vector, layer 9)"),
+     "a plain day, steered toward sports"),
     ("cooking-story", "cooking", "Write a short story about a cat.", ("cook", "culinar", "kitchen"),
-     "a cat story, steered toward cooking (concept vector, layer 9)"),
+     "a cat story, steered toward cooking"),
     ("technology-day", "technology", "Tell me about your day.", ("tech", "computer", "digital"),
-     "a plain day, steered toward technology (concept vector, layer 9)"),
+     "a plain day, steered toward technology"),  # left out since layer 12: does not steer
+    ("coffee-morning", "coffee", "Give me some advice for a good morning.", ("coffee", "latte"),
+     "morning advice, steered toward coffee"),
 ]  # fmt: skip
 
 
@@ -58,6 +61,8 @@ def make(engine: sw.Engine, name: str, concept: str, prompt: str, words, descrip
     with tempfile.TemporaryDirectory() as tmp:
         view = ex.save_view(Path(tmp) / "view.json")
     view["live"] = True  # a loaded preset answers slider moves at once
+    layer = vector.hook.split(".")[1]
+    description = f"{description} (concept vector, layer {layer})"
     return {"name": name, "description": description, "model": engine.model.name, **view}
 
 
@@ -73,7 +78,17 @@ def main() -> None:
             continue
         view = make(engine, name, concept, prompt, words, description)
         if view is not None:
-            (args.out / f"{name}.json").write_text(json.dumps(view, indent=1) + "\n")
+            (args.out / f"{name}.json").write_text(_dumps(view) + "\n")
+
+
+def _dumps(view: dict) -> str:
+    """Indented JSON with every list of numbers (a concept vector) on one line."""
+    text = json.dumps(view, indent=1)
+    return re.sub(r"\[\s*(-?[\d.e+-]+(?:,\s*-?[\d.e+-]+)*)\s*\]", _one_line, text)
+
+
+def _one_line(m: re.Match) -> str:
+    return "[" + ", ".join(x.strip() for x in m.group(1).split(",")) + "]"
 
 
 if __name__ == "__main__":
