@@ -3,12 +3,13 @@
 Why this exists: a feature found by matching its top tokens or contexts to a word is a
 feature that *reads* the word, and adding a reading feature rarely makes the model *write*
 about it. What steers is a direction along which text about the concept differs from
-neutral text. So a concept is measured, not looked up:
+text about other things. So a concept is measured, not looked up:
 
 1. examples: text about the concept (the model writes its own, several samples decoded in one
-   batch, or the caller passes texts or chats) and a shipped neutral set in the same format;
+   batch, or the caller passes texts or chats) and a shipped contrast set in the same
+   format, the same requests answered about 47 other subjects (one-vs-rest);
 2. the concept direction at a hook: mean residual over the examples' content tokens minus
-   the neutral mean (difference in means; each example weighs the same);
+   the contrast mean (difference in means; each example weighs the same);
 3. features ranked by the cosine of their decoder row with that direction (what adding the
    row does), and a strength recommended in units of the hook's typical residual norm.
 

@@ -269,7 +269,8 @@ class Engine:
         """A steering ``Vector`` toward a concept: difference in means of the residual.
 
         ``positive``: a concept name (the model writes its own examples, several samples per
-        batch) or a list of texts or chats; ``negative``: the shipped neutral set by default.
+        batch) or a list of texts or chats; ``negative``: by default the shipped contrast set
+        (answers about other subjects, less any that names the concept).
         ``hook=None`` takes the layer where concept vectors steered best in our measurements.
         The vector is unit length and its ``strength`` is the recommended one (residual units).
         """
