@@ -256,9 +256,19 @@ class Concepts:
     def _concept_hooks(self) -> list[str]:
         """The hooks concept tools read: the default layer and every whole-hook SAE's."""
         saes = self.engine.saes
+        return [
+            self.default_hook(),
+            *(saes.config(s).hook_name for s in self._whole_hook_sources()),
+        ]
+
+    def _whole_hook_sources(self) -> list[str]:
+        """The SAEs that read their whole hook (not one head's slice): the ones a concept
+        direction at the hook can be compared with."""
+        saes = self.engine.saes
         widths = self.engine.model.runtime.hook_widths()
-        hooks = [saes.config(s).hook_name for s in saes.sources()]
-        return [self.default_hook(), *(h for h in hooks if h in widths)]
+        return [
+            s for s in saes.sources() if saes.config(s).d_in == widths.get(saes.config(s).hook_name)
+        ]
 
     # -- the public tools ------------------------------------------------------------------
     def feature_strength(self, hook: str) -> float:
@@ -289,13 +299,7 @@ class Concepts:
             raise RequestError("n", f"must be a positive integer, got {n!r}")
         saes = self.engine.saes
         widths = self.engine.model.runtime.hook_widths()
-        if sources is None:  # every SAE that reads its whole hook (not one head's slice)
-            sources = [
-                s
-                for s in saes.sources()
-                if saes.config(s).d_in == widths.get(saes.config(s).hook_name)
-            ]
-        sources = list(sources)
+        sources = self._whole_hook_sources() if sources is None else list(sources)
         if not sources:
             raise RequestError("sources", "no SAE that reads a whole hook is registered")
         hooks = {s: saes.config(s).hook_name for s in sources}  # SourceError names a bad one
