@@ -246,7 +246,9 @@ def build_data(args, tok) -> dict:
     held_want = split_counts(n_held, sources, chat_seqs // 10)
     train_want = split_counts(n_train, sources, chat_seqs - held_want.get("chat", 0))
     held, train, held_docs = [], [], []
-    for src in sources:
+    # chats first: whole held-out chat documents shrink the chat pool below its share, and
+    # the corpora make up the shortfall
+    for src in sorted(sources, key=lambda s: s != "chat"):
         doc_list = chunks[src][:]
         rng.shuffle(doc_list)
         want = held_want[src]
@@ -263,6 +265,10 @@ def build_data(args, tok) -> dict:
         pool = [(di, s) for di, seqs in doc_list[i:] for s in seqs]
         rng.shuffle(pool)
         want = train_want[src]
+        if src == "chat" and len(pool) < want:
+            rest = [r for r in sources if r != "chat"]
+            train_want.update(split_counts(n_train - len(pool), rest, 0))
+            want = len(pool)
         if len(pool) < want:
             raise RuntimeError(f"only {len(pool)} {src} training sequences, {want} wanted")
         train += pool[:want]
