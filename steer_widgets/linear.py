@@ -27,10 +27,13 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from . import native
+
 SLICE_BYTES = 2**20  # weight slice that stays in L2 while every decode row reads it
 MAX_REDUCTION = 1024  # longest K measured batch-invariant with oneDNN packed weights
 PACK_ROWS = 8  # the batch size oneDNN is told to pack for; any row count runs
-KERNELS = ("rows", "onednn")
+KERNELS = ("native", "onednn", "rows")
+DEFAULT_KERNEL = "native"
 
 
 def onednn_available(w: Tensor) -> bool:
@@ -43,20 +46,26 @@ class Linear:
     """``y = x @ w.T (+ bias)`` for ``w`` [out, in]; the bias is added after the (chunked)
     product, an elementwise step that cannot depend on the row count."""
 
-    def __init__(self, w: Tensor, kernel: str = "onednn", bias: Tensor | None = None) -> None:
+    def __init__(self, w: Tensor, kernel: str = DEFAULT_KERNEL, bias: Tensor | None = None) -> None:
         if kernel not in KERNELS:
             raise ValueError(f"kernel must be one of {KERNELS}, got {kernel!r}")
         self.out_features, self.in_features = w.shape
         self.element_size = w.element_size()
         self.bias = None if bias is None else bias.contiguous()
-        self.onednn = kernel == "onednn" and onednn_available(w)
-        if not self.onednn:
+        if kernel == "native" and native.available(w):
+            self.kernel, self.packed = "native", native.pack(w)
+        elif kernel != "rows" and onednn_available(w):  # also where "native" cannot be built
+            self.kernel = "onednn"
+            self._pack_onednn(w)
+        else:
+            self.kernel = "rows"
             self.wt = w.t().contiguous()  # [in, out]: the streaming single-row kernel
             cols = max(64, SLICE_BYTES // (self.in_features * self.element_size) // 64 * 64)
             self.col_slices = [
                 (a, min(a + cols, self.out_features)) for a in range(0, self.out_features, cols)
             ]
-            return
+
+    def _pack_onednn(self, w: Tensor) -> None:
         n_chunks = -(-self.in_features // MAX_REDUCTION)
         bounds = [round(i * self.in_features / n_chunks) for i in range(n_chunks + 1)]
         self.slices = list(zip(bounds[:-1], bounds[1:], strict=True))
@@ -66,8 +75,18 @@ class Linear:
         ]
 
     def __call__(self, x: Tensor) -> Tensor:
-        out = self._packed(x) if self.onednn else self._rows(x)
+        if self.kernel == "native":
+            out = self._native(x)
+        else:
+            out = self._packed(x) if self.kernel == "onednn" else self._rows(x)
         return out if self.bias is None else out + self.bias
+
+    def _native(self, x: Tensor) -> Tensor:
+        lead = x.shape[:-1]
+        out = native.linear(
+            x.reshape(-1, self.in_features).contiguous(), self.packed, self.out_features
+        )
+        return out.view(*lead, self.out_features)
 
     def _rows(self, x: Tensor) -> Tensor:
         rows = x.shape[0]
