@@ -13,8 +13,10 @@
 #include <torch/library.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
+#include <utility>
 
 #if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
 #include <immintrin.h>
@@ -23,10 +25,12 @@
 namespace {
 
 constexpr int64_t kBlock = 16;  // output columns per packed block
-constexpr int kRows = 4;        // rows that share one weight load
-constexpr int kTile = 4;        // column blocks a thread works on at once
+constexpr int64_t kPrefetch = 32;  // lines ahead (2 KB per block): several rows keep the stream
 
+// Tile shapes (rows sharing each weight load x column blocks at once) fit the registers;
+// they change speed only, never a result.
 #if defined(__AVX512F__)
+constexpr int kRows = 6, kTile = 4;  // 24 accumulators + 4 weight lines of 32 registers
 struct Vec {
   __m512 v;
 };
@@ -43,6 +47,7 @@ inline void store(float* p, const Vec& v, int64_t n) {
   }
 }
 #elif defined(__AVX2__) && defined(__FMA__)
+constexpr int kRows = 3, kTile = 2;  // 12 + 4 of 16 registers (a block is two of them)
 struct Vec {
   __m256 lo, hi;
 };
@@ -59,6 +64,7 @@ inline void store(float* p, const Vec& v, int64_t n) {
   std::copy(tmp, tmp + n, p);
 }
 #else
+constexpr int kRows = 4, kTile = 1;
 struct Vec {
   float f[kBlock];
 };
@@ -85,7 +91,11 @@ void tile(const float* x, const float* w, float* y, int64_t K, int64_t N, int64_
   const float* wb = w + b * K * kBlock;
   for (int64_t k = 0; k < K; ++k) {
     Vec wk[C];
-    for (int c = 0; c < C; ++c) wk[c] = load(wb + (c * K + k) * kBlock);
+    for (int c = 0; c < C; ++c) {
+      const float* line = wb + (c * K + k) * kBlock;
+      __builtin_prefetch(line + kPrefetch * kBlock);  // a hint: past the end it is a no-op
+      wk[c] = load(line);
+    }
     for (int r = 0; r < R; ++r) {
       const float a = x[r * K + k];
       for (int c = 0; c < C; ++c) acc[r][c] = fma(a, wk[c], acc[r][c]);
@@ -100,23 +110,16 @@ void tile(const float* x, const float* w, float* y, int64_t K, int64_t N, int64_
 
 using TileFn = void (*)(const float*, const float*, float*, int64_t, int64_t, int64_t);
 
-template <int R>
-constexpr TileFn tile_for(int c) {
-  return c == 1 ? tile<R, 1> : c == 2 ? tile<R, 2> : c == 3 ? tile<R, 3> : tile<R, 4>;
+// kTiles[r - 1][c - 1] is tile<r, c>: every shape up to kRows x kTile, chosen at run time
+template <int R, int... Cs>
+constexpr std::array<TileFn, sizeof...(Cs)> tiles_of(std::integer_sequence<int, Cs...>) {
+  return {tile<R, Cs + 1>...};
 }
-
-TileFn pick(int rows, int cols) {
-  switch (rows) {
-    case 1:
-      return tile_for<1>(cols);
-    case 2:
-      return tile_for<2>(cols);
-    case 3:
-      return tile_for<3>(cols);
-    default:
-      return tile_for<4>(cols);
-  }
+template <int... Rs>
+constexpr auto tiles(std::integer_sequence<int, Rs...>) {
+  return std::array{tiles_of<Rs + 1>(std::make_integer_sequence<int, kTile>{})...};
 }
+constexpr auto kTiles = tiles(std::make_integer_sequence<int, kRows>{});
 
 }  // namespace
 
@@ -140,7 +143,7 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& packed, int64_t n_out) 
       const int cols = static_cast<int>(std::min<int64_t>(kTile, b1 - b));
       for (int64_t m = 0; m < M; m += kRows) {
         const int rows = static_cast<int>(std::min<int64_t>(kRows, M - m));
-        pick(rows, cols)(xp + m * K, wp, yp + m * n_out, K, n_out, b);
+        kTiles[rows - 1][cols - 1](xp + m * K, wp, yp + m * n_out, K, n_out, b);
       }
     }
   });
