@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -98,3 +99,34 @@ def test_a_failed_build_warns_once_and_falls_back_to_onednn(tmp_path):
     warned = [ln for ln in out.stderr.splitlines() if "RuntimeWarning" in ln]
     assert len(warned) == 1 and 'kernel="native" unavailable' in warned[0], out.stderr
     assert list(tmp_path.iterdir()) == [tmp_path / "ext"]  # it built nowhere else
+
+
+VARIANT = """
+import sys, torch
+from torch.utils.cpp_extension import load
+from steer_widgets import native
+flags = ["-O3", "-ffp-contract=off", "-fopenmp", *sys.argv[2:]]
+load("rowwise_variant", [str(native.SOURCE)], extra_cflags=flags, extra_ldflags=["-fopenmp"],
+     build_directory=sys.argv[1], is_python_module=False)
+op = torch.ops.steer_widgets.rowwise_linear
+for n, k in [(1, 1), (17, 33), (130, 576), (49, 1100)]:
+    w, x = torch.randn(n, k), torch.randn(9, k)
+    y = op(x, native.pack(w), n)
+    torch.testing.assert_close(y, x @ w.T, atol=1e-4, rtol=1e-4)
+    assert all(torch.equal(op(x[i : i + 1].contiguous(), native.pack(w), n)[0], y[i]) for i in range(9))
+print("ok")
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flags", [["-mavx2", "-mfma"], ["-march=x86-64"]], ids=["avx2", "scalar"])
+def test_the_avx2_and_scalar_builds_are_right_and_exact(flags, tmp_path):
+    """The paths a CPU without AVX-512 (or without AVX2) compiles, built here in a fresh process."""
+    info = Path("/proc/cpuinfo")
+    cpu = info.read_text() if info.exists() else ""
+    if " avx2 " not in cpu or " fma " not in cpu:
+        pytest.skip("needs an x86-64 CPU with AVX2 and FMA to run both builds")
+    out = subprocess.run(
+        [sys.executable, "-c", VARIANT, str(tmp_path), *flags], capture_output=True, text=True
+    )
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
