@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from .linear import DEFAULT_KERNEL
 from .paths import cache_dir
 from .runtime import Runtime
 from .tokens import Tokenizer
@@ -54,7 +55,7 @@ def load_model(
     device: str | Sequence[str] = "cpu",
     dtype: torch.dtype = torch.float32,
     backend: str = "auto",
-    kernel: str = "onednn",
+    kernel: str = DEFAULT_KERNEL,
 ) -> LoadedModel:
     """Load ``name``: the offline default, a local folder, or a hub model (network needed).
 
@@ -65,10 +66,11 @@ def load_model(
     runtime (hub names, TransformerLens names such as ``gpt2-small`` or ``gemma-2-2b``, and
     local folders) and every other model TransformerLens knows through TransformerLens;
     "transformer_lens" forces TransformerLens.
-    ``kernel`` (fast runtime, ``linear.KERNELS``): "onednn" shares one matrix product among
-    the decode rows (the CPU default: a DEFAULT+STEERED pair or a sweep costs little more
-    than one row), "rows" gives each row its own matrix-vector product (about 1.4x faster
-    for a single row on CPU, but rows cost nearly their sum). GPUs always use "rows".
+    ``kernel`` (fast runtime, ``linear.KERNELS``): "native", the CPU default, is a kernel
+    compiled for this CPU on first use (once, about 10-30 s) that reads the weights once for
+    all decode rows and is the fastest for one row too; "onednn" (its fallback when no
+    compiler is found) also shares one pass among rows; "rows" gives each row its own
+    matrix-vector product. GPUs always use "rows".
     """
     if backend not in ("auto", "fast", "transformer_lens"):
         raise ValueError(f"backend must be 'auto', 'fast' or 'transformer_lens', got {backend!r}")
@@ -209,7 +211,7 @@ def _download(name: str) -> Path:
 
 
 def _load_folder(
-    name: str, folder: Path, device: str, dtype: torch.dtype, kernel: str = "onednn"
+    name: str, folder: Path, device: str, dtype: torch.dtype, kernel: str = DEFAULT_KERNEL
 ) -> LoadedModel:
     from safetensors.torch import load_file
     from transformers import AutoConfig

@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .linear import Linear
+from .linear import DEFAULT_KERNEL, Linear
 from .runtime import HOOK_KINDS, Hook
 
 # transformers model_type -> weight naming layout
@@ -416,12 +416,12 @@ class Transformer:
         state: Mapping[str, Tensor],
         device: str | Sequence[str] = "cpu",
         dtype: torch.dtype | None = None,
-        kernel: str = "onednn",
+        kernel: str = DEFAULT_KERNEL,
     ) -> None:
-        """``kernel``: how decode rows share matrix products (``linear.KERNELS``): "onednn"
-        (one product for all rows on a CPU, the faster from two rows a step: the default,
-        since DEFAULT and STEERED decode together) or "rows" (a matrix-vector product per
-        row, the fastest for one row). Where oneDNN is unavailable (GPUs) it is "rows"."""
+        """``kernel``: how decode rows share matrix products (``linear.KERNELS``): "native"
+        (the CPU default: our compiled kernel, one pass over the weights for all rows, the
+        fastest for one row and for several), "onednn" (what "native" falls back to when it
+        cannot be built) or "rows" (a matrix-vector product per row). GPUs use "rows"."""
         dtype = dtype or torch.float32
         self.cfg, self.dtype, self.kernel = cfg, dtype, kernel
         self.layer_devices = place_layers(device, cfg.n_layers)

@@ -45,7 +45,7 @@ def test_decode_rows_in_one_batch_equal_rows_alone(engine):
 
 
 @pytest.mark.parametrize("kernel", KERNELS)
-def test_both_matmul_kernels_keep_batched_rows_exact(kernel):
+def test_every_matmul_kernel_keeps_batched_rows_exact(kernel):
     """A tiny random Llama on each matmul kernel (``linear.KERNELS``)."""
     import transformers as tf
 
@@ -56,5 +56,5 @@ def test_both_matmul_kernels_keep_batched_rows_exact(kernel):
     )  # fmt: skip
     state = tf.LlamaForCausalLM(config).state_dict()
     runtime = Transformer(TransformerConfig.from_hf_config(config), state, kernel=kernel)
-    assert runtime.unembed.onednn == (kernel == "onednn")
+    assert runtime.unembed.kernel == kernel  # the native kernel builds on the test machines
     _assert_decode_step_rows_equal_rows_alone(runtime, torch.tensor([[1, 5, 9, 200, 7]]))

@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 WHEEL = f"steer_widgets-{version('steer_widgets')}-py3-none-any.whl"
 DATA = [
     "steer_widgets/py.typed",
+    "steer_widgets/csrc/rowwise_linear.cpp",
     "steer_widgets/saes/quality.json",
     "steer_widgets/data/neutral.json",
     "steer_widgets/saes/10-smollm2-res-4k/cfg.json",

@@ -1,0 +1,157 @@
+// y = x @ W.T for fp32 on a CPU, with every row of y computed exactly as it is alone.
+//
+// W is packed once as [N/16][K][16]: block b holds output columns 16b..16b+15, one 16-float
+// line per k, so a block streams from memory in order. Each output element y[r, n] is one
+// chain of fused multiply-adds over k = 0..K-1, in order, from zero: the same instructions
+// whatever the number of rows, the rows it is grouped with, or the thread it runs on. Rows
+// are grouped (up to kRows) only so that they share each weight load: one pass over the
+// weights serves every decode row. Threads split the output columns (at::parallel_for, so
+// torch.set_num_threads governs it), and one thread computes each output element whole.
+#include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <torch/library.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <utility>
+
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+#include <immintrin.h>
+#endif
+
+namespace {
+
+constexpr int64_t kBlock = 16;  // output columns per packed block
+constexpr int64_t kPrefetch = 32;  // lines ahead (2 KB per block): several rows keep the stream
+
+// Tile shapes (rows sharing each weight load x column blocks at once) fit the registers;
+// they change speed only, never a result.
+#if defined(__AVX512F__)
+constexpr int kRows = 6, kTile = 4;  // 24 accumulators + 4 weight lines of 32 registers
+struct Vec {
+  __m512 v;
+};
+inline Vec zero() { return {_mm512_setzero_ps()}; }
+inline Vec load(const float* p) { return {_mm512_loadu_ps(p)}; }
+inline Vec fma(float a, const Vec& w, const Vec& acc) {
+  return {_mm512_fmadd_ps(_mm512_set1_ps(a), w.v, acc.v)};
+}
+inline void store(float* p, const Vec& v, int64_t n) {
+  if (n == kBlock) {
+    _mm512_storeu_ps(p, v.v);
+  } else {
+    _mm512_mask_storeu_ps(p, static_cast<__mmask16>((1u << n) - 1), v.v);
+  }
+}
+#elif defined(__AVX2__) && defined(__FMA__)
+constexpr int kRows = 3, kTile = 2;  // 12 + 4 of 16 registers (a block is two of them)
+struct Vec {
+  __m256 lo, hi;
+};
+inline Vec zero() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
+inline Vec load(const float* p) { return {_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)}; }
+inline Vec fma(float a, const Vec& w, const Vec& acc) {
+  const __m256 b = _mm256_set1_ps(a);
+  return {_mm256_fmadd_ps(b, w.lo, acc.lo), _mm256_fmadd_ps(b, w.hi, acc.hi)};
+}
+inline void store(float* p, const Vec& v, int64_t n) {
+  alignas(32) float tmp[kBlock];
+  _mm256_store_ps(tmp, v.lo);
+  _mm256_store_ps(tmp + 8, v.hi);
+  std::copy(tmp, tmp + n, p);
+}
+#else
+constexpr int kRows = 4, kTile = 1;
+struct Vec {
+  float f[kBlock];
+};
+inline Vec zero() { return Vec{}; }
+inline Vec load(const float* p) {
+  Vec v;
+  std::copy(p, p + kBlock, v.f);
+  return v;
+}
+inline Vec fma(float a, const Vec& w, const Vec& acc) {
+  Vec out;
+  for (int64_t i = 0; i < kBlock; ++i) out.f[i] = std::fma(a, w.f[i], acc.f[i]);
+  return out;
+}
+inline void store(float* p, const Vec& v, int64_t n) { std::copy(v.f, v.f + n, p); }
+#endif
+
+// R rows (x: row stride K) times C consecutive column blocks starting at block b.
+template <int R, int C>
+void tile(const float* x, const float* w, float* y, int64_t K, int64_t N, int64_t b) {
+  Vec acc[R][C];
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) acc[r][c] = zero();
+  const float* wb = w + b * K * kBlock;
+  for (int64_t k = 0; k < K; ++k) {
+    Vec wk[C];
+    for (int c = 0; c < C; ++c) {
+      const float* line = wb + (c * K + k) * kBlock;
+      __builtin_prefetch(line + kPrefetch * kBlock);  // a hint: past the end it is a no-op
+      wk[c] = load(line);
+    }
+    for (int r = 0; r < R; ++r) {
+      const float a = x[r * K + k];
+      for (int c = 0; c < C; ++c) acc[r][c] = fma(a, wk[c], acc[r][c]);
+    }
+  }
+  for (int c = 0; c < C; ++c) {
+    const int64_t col = (b + c) * kBlock;
+    const int64_t n = std::min(kBlock, N - col);
+    for (int r = 0; r < R; ++r) store(y + r * N + col, acc[r][c], n);
+  }
+}
+
+using TileFn = void (*)(const float*, const float*, float*, int64_t, int64_t, int64_t);
+
+// kTiles[r - 1][c - 1] is tile<r, c>: every shape up to kRows x kTile, chosen at run time
+template <int R, int... Cs>
+constexpr std::array<TileFn, sizeof...(Cs)> tiles_of(std::integer_sequence<int, Cs...>) {
+  return {tile<R, Cs + 1>...};
+}
+template <int... Rs>
+constexpr auto tiles(std::integer_sequence<int, Rs...>) {
+  return std::array{tiles_of<Rs + 1>(std::make_integer_sequence<int, kTile>{})...};
+}
+constexpr auto kTiles = tiles(std::make_integer_sequence<int, kRows>{});
+
+}  // namespace
+
+// x [M, K] and packed [ceil(N/16), K, 16], both contiguous fp32: returns x @ W.T, [M, N].
+at::Tensor linear(const at::Tensor& x, const at::Tensor& packed, int64_t n_out) {
+  TORCH_CHECK(x.dim() == 2 && packed.dim() == 3, "x must be [M, K], packed [N/16, K, 16]");
+  TORCH_CHECK(x.scalar_type() == at::kFloat && packed.scalar_type() == at::kFloat,
+              "float32 only");
+  TORCH_CHECK(x.is_contiguous() && packed.is_contiguous(), "contiguous tensors only");
+  const int64_t M = x.size(0), K = x.size(1), blocks = packed.size(0);
+  TORCH_CHECK(packed.size(1) == K && packed.size(2) == kBlock, "packed weight has wrong shape");
+  TORCH_CHECK(blocks == (n_out + kBlock - 1) / kBlock, "packed weight does not match n_out");
+  auto y = at::empty({M, n_out}, x.options());
+  const float* xp = x.data_ptr<float>();
+  const float* wp = packed.data_ptr<float>();
+  float* yp = y.data_ptr<float>();
+  // below ~64k multiply-adds per thread, starting threads costs more than it saves
+  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, M * K * kBlock));
+  at::parallel_for(0, blocks, grain, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; b += kTile) {
+      const int cols = static_cast<int>(std::min<int64_t>(kTile, b1 - b));
+      for (int64_t m = 0; m < M; m += kRows) {
+        const int rows = static_cast<int>(std::min<int64_t>(kRows, M - m));
+        kTiles[rows - 1][cols - 1](xp + m * K, wp, yp + m * n_out, K, n_out, b);
+      }
+    }
+  });
+  return y;
+}
+
+// torch.ops.steer_widgets.rowwise_linear (plain ATen and the op registry: no Python headers,
+// which keeps the one-time build short)
+TORCH_LIBRARY(steer_widgets, m) {
+  m.def("rowwise_linear(Tensor x, Tensor packed, int n_out) -> Tensor", &linear);
+}

@@ -1,0 +1,115 @@
+"""The ``"native"`` matrix kernel: a small C++ extension compiled for this machine on first use.
+
+``csrc/rowwise_linear.cpp`` computes ``x @ W.T`` on a weight packed once as [N/16, K, 16],
+one fused multiply-add chain per output element in a fixed order, so a row's result cannot
+depend on the other rows: batch invariance by construction, with one pass over the weights
+for every row. It is built with ``-O3 -march=native`` (``torch.utils.cpp_extension.load``,
+ninja and a C++ compiler needed) into the user cache, in a folder named after this CPU's
+instruction-set flags, so a home folder shared between machines never runs another CPU's
+build. When it cannot be built, ``extension()`` returns None after one warning and callers
+fall back to oneDNN.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import platform
+import shutil
+import sys
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+from .paths import cache_dir
+
+SOURCE = Path(__file__).parent / "csrc" / "rowwise_linear.cpp"
+BLOCK = 16  # output columns per packed block (the C++ kBlock)
+FLAGS = ["-O3", "-march=native", "-ffp-contract=off", "-fopenmp"]
+
+
+def build_dir() -> Path:
+    """``<cache_dir>/ext/rowwise_linear-<cpu>`` (``~/.cache/steer_widgets``), never the tree."""
+    return cache_dir() / "ext" / f"rowwise_linear-{_cpu_tag()}"
+
+
+def _cpu_tag() -> str:
+    """A short hash of this CPU's flags (the build is -march=native) and the torch it links."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+        flags = next((ln for ln in text.splitlines() if ln.startswith(("flags", "Features"))), "")
+    except OSError:
+        flags = ""
+    key = f"{platform.machine()} {flags} {torch.__version__} {Path(torch.__file__).parent}"
+    return hashlib.sha1(key.encode()).hexdigest()[:12]
+
+
+@functools.cache
+def extension() -> Callable[[Tensor, Tensor, int], Tensor] | None:
+    """The compiled op (built once per machine and cached), or None with one warning."""
+    try:
+        if not hasattr(torch.ops.steer_widgets, "rowwise_linear"):  # a process loads it once
+            _build()
+        return torch.ops.steer_widgets.rowwise_linear
+    except Exception as exc:  # no compiler, no ninja, a failed build: oneDNN still works
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        warnings.warn(
+            f'kernel="native" unavailable ({type(exc).__name__}: {first[:200]}); using "onednn"',
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        return None
+
+
+def _build() -> None:
+    from torch.utils import cpp_extension
+
+    folder = build_dir()
+    folder.mkdir(parents=True, exist_ok=True)
+    if not any(folder.glob("*.so")):
+        print(
+            "steer_widgets: compiling the native matrix kernel for this CPU (once)", file=sys.stderr
+        )
+    path = os.environ.get("PATH", "")
+    if shutil.which("ninja") is None:  # the ninja wheel puts it beside the interpreter
+        try:
+            import ninja
+
+            os.environ["PATH"] = f"{ninja.BIN_DIR}{os.pathsep}{path}"
+        except ImportError:
+            pass
+    try:
+        cpp_extension.load(
+            "steer_widgets_rowwise_linear",
+            [str(SOURCE)],
+            extra_cflags=FLAGS,
+            extra_ldflags=["-fopenmp"],
+            build_directory=str(folder),
+            is_python_module=False,  # registers torch.ops.steer_widgets.*
+        )
+    finally:
+        os.environ["PATH"] = path
+
+
+def available(w: Tensor) -> bool:
+    """True when ``w`` can use the native kernel here (a float32 CPU weight, a built module)."""
+    return w.device.type == "cpu" and w.dtype == torch.float32 and extension() is not None
+
+
+def pack(w: Tensor) -> Tensor:
+    """[N, K] -> [ceil(N/16), K, 16]: column blocks, each one contiguous stream over k (the
+    columns past N are zeros and never stored)."""
+    n, k = w.shape
+    blocks = -(-n // BLOCK)
+    padded = torch.zeros(blocks * BLOCK, k, dtype=w.dtype)
+    padded[:n] = w
+    return padded.view(blocks, BLOCK, k).transpose(1, 2).contiguous()
+
+
+def linear(x: Tensor, packed: Tensor, n_out: int) -> Tensor:
+    """``x`` [M, K] (contiguous float32) times the packed weight: [M, n_out]."""
+    return extension()(x, packed, n_out)

@@ -1,0 +1,132 @@
+"""The native matrix kernel (``native.py``, ``csrc/rowwise_linear.cpp``): right answers for any
+shape, and every row bit-identical to the same row computed alone, by construction."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from steer_widgets.linear import Linear
+
+# (out, in): below one 16-column block, across block edges, odd reductions, a model-sized one
+SHAPES = [(1, 1), (5, 3), (15, 17), (16, 16), (17, 33), (33, 100), (100, 7), (130, 576)]
+
+
+def _weights(n: int, k: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randn(n, k, generator=gen) / k**0.5, torch.randn(n, generator=gen)
+
+
+@pytest.mark.parametrize("with_bias", [False, True])
+@pytest.mark.parametrize(("n", "k"), SHAPES)
+def test_native_equals_matmul_for_odd_shapes(n, k, with_bias):
+    w, b = _weights(n, k)
+    bias = b if with_bias else None
+    lin = Linear(w, kernel="native", bias=bias)
+    assert lin.kernel == "native"
+    x = torch.randn(3, 5, k, generator=torch.Generator().manual_seed(1))
+    want = x @ w.T + (0 if bias is None else bias)
+    got = lin(x)
+    assert got.shape == (3, 5, n)
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize(("n", "k"), [(37, 70), (300, 1100)])
+def test_any_row_count_gives_each_row_bit_for_bit_its_solo_result(n, k):
+    lin = Linear(_weights(n, k)[0], kernel="native")
+    gen = torch.Generator().manual_seed(2)
+    for rows in range(1, 10):
+        x = torch.randn(rows, 1, k, generator=gen)
+        together = lin(x)
+        for r in range(rows):
+            assert torch.equal(together[r], lin(x[r : r + 1])[0]), (rows, r)
+
+
+def test_prefill_positions_equal_each_position_alone():
+    lin = Linear(_weights(70, 45)[0], kernel="native")
+    x = torch.randn(3, 13, 45, generator=torch.Generator().manual_seed(3))
+    together = lin(x)
+    for b in range(3):
+        for t in range(13):
+            assert torch.equal(together[b, t], lin(x[b : b + 1, t : t + 1])[0, 0]), (b, t)
+
+
+def test_thread_count_does_not_change_results():
+    lin = Linear(_weights(1000, 200)[0], kernel="native")
+    x = torch.randn(6, 1, 200, generator=torch.Generator().manual_seed(4))
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = lin(x)
+        torch.set_num_threads(2)
+        two = lin(x)
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(one, two)
+
+
+def test_other_dtypes_take_another_kernel():
+    w = _weights(20, 30)[0].double()
+    lin = Linear(w, kernel="native")
+    assert lin.kernel == "rows"
+    x = torch.randn(2, 1, 30, dtype=torch.float64)
+    torch.testing.assert_close(lin(x), x @ w.T)
+
+
+FALLBACK = """
+import torch
+from steer_widgets.linear import Linear
+w = torch.randn(40, 24)
+lin = Linear(w, kernel="native")
+x = torch.randn(2, 1, 24)
+torch.testing.assert_close(lin(x), x @ w.T, atol=1e-5, rtol=1e-5)
+print(lin.kernel, Linear(w, kernel="native").kernel)
+"""
+
+
+def test_a_failed_build_warns_once_and_falls_back_to_onednn(tmp_path):
+    """No working compiler (CXX points at nothing), in a fresh process and build folder."""
+    env = os.environ | {"STEER_WIDGETS_CACHE": str(tmp_path), "CXX": str(tmp_path / "no-cxx")}
+    out = subprocess.run(
+        [sys.executable, "-c", FALLBACK], env=env, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.split() == ["onednn", "onednn"]
+    warned = [ln for ln in out.stderr.splitlines() if "RuntimeWarning" in ln]
+    assert len(warned) == 1 and 'kernel="native" unavailable' in warned[0], out.stderr
+    assert list(tmp_path.iterdir()) == [tmp_path / "ext"]  # it built nowhere else
+
+
+VARIANT = """
+import sys, torch
+from torch.utils.cpp_extension import load
+from steer_widgets import native
+flags = ["-O3", "-ffp-contract=off", "-fopenmp", *sys.argv[2:]]
+load("rowwise_variant", [str(native.SOURCE)], extra_cflags=flags, extra_ldflags=["-fopenmp"],
+     build_directory=sys.argv[1], is_python_module=False)
+op = torch.ops.steer_widgets.rowwise_linear
+for n, k in [(1, 1), (17, 33), (130, 576), (49, 1100)]:
+    w, x = torch.randn(n, k), torch.randn(9, k)
+    y = op(x, native.pack(w), n)
+    torch.testing.assert_close(y, x @ w.T, atol=1e-4, rtol=1e-4)
+    assert all(torch.equal(op(x[i : i + 1].contiguous(), native.pack(w), n)[0], y[i]) for i in range(9))
+print("ok")
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flags", [["-mavx2", "-mfma"], ["-march=x86-64"]], ids=["avx2", "scalar"])
+def test_the_avx2_and_scalar_builds_are_right_and_exact(flags, tmp_path):
+    """The paths a CPU without AVX-512 (or without AVX2) compiles, built here in a fresh process."""
+    info = Path("/proc/cpuinfo")
+    cpu = info.read_text() if info.exists() else ""
+    if " avx2 " not in cpu or " fma " not in cpu:
+        pytest.skip("needs an x86-64 CPU with AVX2 and FMA to run both builds")
+    out = subprocess.run(
+        [sys.executable, "-c", VARIANT, str(tmp_path), *flags], capture_output=True, text=True
+    )
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
