@@ -38,13 +38,15 @@ def build_dir() -> Path:
 
 
 def _cpu_tag() -> str:
-    """A short hash of this CPU's flags (the build is -march=native) and the torch it links."""
+    """A short hash of this CPU's flags (the build is -march=native), the torch it links and
+    the source (checkouts with different sources never share, or fight over, one build)."""
     try:
         text = Path("/proc/cpuinfo").read_text()
         flags = next((ln for ln in text.splitlines() if ln.startswith(("flags", "Features"))), "")
     except OSError:
         flags = ""
     key = f"{platform.machine()} {flags} {torch.__version__} {Path(torch.__file__).parent}"
+    key += hashlib.sha1(SOURCE.read_bytes()).hexdigest()
     return hashlib.sha1(key.encode()).hexdigest()[:12]
 
 
@@ -113,3 +115,12 @@ def pack(w: Tensor) -> Tensor:
 def linear(x: Tensor, packed: Tensor, n_out: int) -> Tensor:
     """``x`` [M, K] (contiguous float32) times the packed weight: [M, n_out]."""
     return extension()(x, packed, n_out)
+
+
+def rms_norm(x: Tensor, w: Tensor, eps: float) -> Tensor:
+    """``w * (x * rsqrt(mean(x**2, -1) + eps))`` over the last dim of a float32 CPU ``x`` in
+    one call (six small torch ops otherwise), each row alone whatever the other rows; only
+    where ``extension()`` is not None (it loads the module)."""
+    extension()  # loads the module on first use
+    d = x.shape[-1]
+    return torch.ops.steer_widgets.rms_norm(x.reshape(-1, d).contiguous(), w, eps).view(x.shape)

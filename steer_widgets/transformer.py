@@ -33,6 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from . import native
 from .linear import DEFAULT_KERNEL, Linear
 from .runtime import HOOK_KINDS, Hook
 
@@ -447,6 +448,14 @@ class Transformer:
             if cfg.embed_scale is None
             else torch.tensor(cfg.embed_scale, dtype=dtype, device=self.device)
         )
+        # RMSNorm as one compiled call where the native kernel runs (float32 on a CPU)
+        self._native_norm = (
+            kernel == "native"
+            and cfg.norm == "rms"
+            and dtype == torch.float32
+            and all(d.type == "cpu" for d in self.layer_devices)
+            and native.extension() is not None
+        )
         self.row_groups = self.calibrate()
 
     def _linear(self, state, names: Sequence[str], dev) -> Linear:
@@ -594,6 +603,8 @@ class Transformer:
         weight, bias = norm
         if self.cfg.norm == "layer":
             return F.layer_norm(x, (x.shape[-1],), weight, bias, self.cfg.norm_eps)
+        if self._native_norm:
+            return native.rms_norm(x, weight, self.cfg.norm_eps)
         # transformers' LlamaRMSNorm and Gemma's RMSNorm, operation for operation (the casts
         # are skipped in float32, where they do nothing but cost a dispatch each)
         h = x if x.dtype == torch.float32 else x.float()
