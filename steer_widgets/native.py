@@ -124,3 +124,11 @@ def rms_norm(x: Tensor, w: Tensor, eps: float) -> Tensor:
     extension()  # loads the module on first use
     d = x.shape[-1]
     return torch.ops.steer_widgets.rms_norm(x.reshape(-1, d).contiguous(), w, eps).view(x.shape)
+
+
+def rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotary embedding of the first ``R`` dims of each head of a float32 CPU ``x`` [B, T, H,
+    D] with ``cos`` and signed ``sin`` [T, R]: ``x * cos + roll(x, R/2) * sin``, the same bits
+    as those three torch ops (and the copy of a partial rotary's other dims) in one call."""
+    extension()  # loads the module on first use
+    return torch.ops.steer_widgets.rotary(x.contiguous(), cos, sin)

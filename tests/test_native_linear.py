@@ -70,6 +70,17 @@ def test_native_rms_norm_equals_the_torch_formula_and_rows_are_exact_alone(d):
             assert torch.equal(got[b, t], alone), (b, t)
 
 
+@pytest.mark.parametrize(("d", "r"), [(64, 64), (64, 16), (80, 20), (256, 256)])
+def test_native_rotary_is_bit_for_bit_the_torch_ops(d, r):
+    from steer_widgets.transformer import _rotate
+
+    gen = torch.Generator().manual_seed(5)
+    qk = torch.randn(2, 3, 12, d, generator=gen)[:, :, 1:7]  # a slice, as q and k heads are
+    cos, sin = torch.randn(3, r, generator=gen), torch.randn(3, r, generator=gen)
+    got = native.rotary(qk, cos, sin)
+    assert torch.equal(got, _rotate(qk, cos[:, None], sin[:, None]))
+
+
 def test_thread_count_does_not_change_results():
     lin = Linear(_weights(1000, 200)[0], kernel="native")
     x = torch.randn(6, 1, 200, generator=torch.Generator().manual_seed(4))
