@@ -8,6 +8,9 @@ ninja and a C++ compiler needed) into the user cache, in a folder named after th
 instruction-set flags, so a home folder shared between machines never runs another CPU's
 build. When it cannot be built, ``extension()`` returns None after one warning and callers
 fall back to oneDNN.
+
+The same module holds RMSNorm and rotary embedding as one call each (``rms_norm``,
+``rotary``): outside the matrix products a decode step is a few hundred small torch ops.
 """
 
 from __future__ import annotations
@@ -38,13 +41,15 @@ def build_dir() -> Path:
 
 
 def _cpu_tag() -> str:
-    """A short hash of this CPU's flags (the build is -march=native) and the torch it links."""
+    """A short hash of this CPU's flags (the build is -march=native), the torch it links and
+    the source (checkouts with different sources never share, or fight over, one build)."""
     try:
         text = Path("/proc/cpuinfo").read_text()
         flags = next((ln for ln in text.splitlines() if ln.startswith(("flags", "Features"))), "")
     except OSError:
         flags = ""
     key = f"{platform.machine()} {flags} {torch.__version__} {Path(torch.__file__).parent}"
+    key += hashlib.sha1(SOURCE.read_bytes()).hexdigest()
     return hashlib.sha1(key.encode()).hexdigest()[:12]
 
 
@@ -113,3 +118,20 @@ def pack(w: Tensor) -> Tensor:
 def linear(x: Tensor, packed: Tensor, n_out: int) -> Tensor:
     """``x`` [M, K] (contiguous float32) times the packed weight: [M, n_out]."""
     return extension()(x, packed, n_out)
+
+
+def rms_norm(x: Tensor, w: Tensor, eps: float) -> Tensor:
+    """``w * (x * rsqrt(mean(x**2, -1) + eps))`` over the last dim of a float32 CPU ``x`` in
+    one call (six small torch ops otherwise), each row alone whatever the other rows; only
+    where ``extension()`` is not None (it loads the module)."""
+    extension()  # loads the module on first use
+    d = x.shape[-1]
+    return torch.ops.steer_widgets.rms_norm(x.reshape(-1, d).contiguous(), w, eps).view(x.shape)
+
+
+def rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotary embedding of the first ``R`` dims of each head of a float32 CPU ``x`` [B, T, H,
+    D] with ``cos`` and signed ``sin`` [T, R]: ``x * cos + roll(x, R/2) * sin``, the same bits
+    as those three torch ops (and the copy of a partial rotary's other dims) in one call."""
+    extension()  # loads the module on first use
+    return torch.ops.steer_widgets.rotary(x.contiguous(), cos, sin)

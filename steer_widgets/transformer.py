@@ -33,6 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from . import native
 from .linear import DEFAULT_KERNEL, Linear
 from .runtime import HOOK_KINDS, Hook
 
@@ -447,6 +448,14 @@ class Transformer:
             if cfg.embed_scale is None
             else torch.tensor(cfg.embed_scale, dtype=dtype, device=self.device)
         )
+        # RMSNorm and rotary as one compiled call each where the native kernel runs (float32
+        # on a CPU): a decode step is otherwise a few hundred small torch ops
+        self._native_ops = (
+            kernel == "native"
+            and dtype == torch.float32
+            and all(d.type == "cpu" for d in self.layer_devices)
+            and native.extension() is not None
+        )
         self.row_groups = self.calibrate()
 
     def _linear(self, state, names: Sequence[str], dev) -> Linear:
@@ -594,6 +603,8 @@ class Transformer:
         weight, bias = norm
         if self.cfg.norm == "layer":
             return F.layer_norm(x, (x.shape[-1],), weight, bias, self.cfg.norm_eps)
+        if self._native_ops:
+            return native.rms_norm(x, weight, self.cfg.norm_eps)
         # transformers' LlamaRMSNorm and Gemma's RMSNorm, operation for operation (the casts
         # are skipped in float32, where they do nothing but cost a dispatch each)
         h = x if x.dtype == torch.float32 else x.float()
@@ -689,7 +700,7 @@ class Transformer:
             q, k = self._norm(qk[:, :, :nh], layer.q_norm), self._norm(qk[:, :, nh:], layer.k_norm)
             qk = torch.cat((q, k), dim=2)
         if rotary is not None:
-            qk = _rotate(qk, *rotary)
+            qk = self._rotate(qk, *rotary)
         q, k, v = qk[:, :, :nh].transpose(1, 2), qk[:, :, nh:].transpose(1, 2), v.transpose(1, 2)
         if cache is not None:
             cache.k[i][:, :, start : start + t] = k
@@ -701,6 +712,11 @@ class Transformer:
         )
         z = _run(hooks, f"blocks.{i}.attn.hook_z", z.transpose(1, 2), start)  # [B, T, H, d_head]
         return self._mm(z.reshape(b, t, -1), layer.wo)
+
+    def _rotate(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+        if self._native_ops:
+            return native.rotary(x, cos.flatten(1), sin.flatten(1))
+        return _rotate(x, cos, sin)
 
     def _attend(self, q: Tensor, k: Tensor, v: Tensor, start: int, window: int | None) -> Tensor:
         """Causal attention of positions ``start..start+T`` over keys ``0..start+T``, within

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from steer_widgets import native
 from steer_widgets.linear import Linear
 
 # (out, in): below one 16-column block, across block edges, odd reductions, a model-sized one
@@ -56,6 +57,30 @@ def test_prefill_positions_equal_each_position_alone():
             assert torch.equal(together[b, t], lin(x[b : b + 1, t : t + 1])[0, 0]), (b, t)
 
 
+@pytest.mark.parametrize("d", [1, 7, 8, 64, 576, 1029])
+def test_native_rms_norm_equals_the_torch_formula_and_rows_are_exact_alone(d):
+    gen = torch.Generator().manual_seed(4)
+    x, w = torch.randn(5, 3, d, generator=gen) * 3, torch.randn(d, generator=gen)
+    got = native.rms_norm(x, w, 1e-5)
+    want = w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5))
+    torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+    for b in range(5):
+        for t in range(3):
+            alone = native.rms_norm(x[b : b + 1, t : t + 1], w, 1e-5)[0, 0]
+            assert torch.equal(got[b, t], alone), (b, t)
+
+
+@pytest.mark.parametrize(("d", "r"), [(64, 64), (64, 16), (80, 20), (256, 256)])
+def test_native_rotary_is_bit_for_bit_the_torch_ops(d, r):
+    from steer_widgets.transformer import _rotate
+
+    gen = torch.Generator().manual_seed(5)
+    qk = torch.randn(2, 3, 12, d, generator=gen)[:, :, 1:7]  # a slice, as q and k heads are
+    cos, sin = torch.randn(3, r, generator=gen), torch.randn(3, r, generator=gen)
+    got = native.rotary(qk, cos, sin)
+    assert torch.equal(got, _rotate(qk, cos[:, None], sin[:, None]))
+
+
 def test_thread_count_does_not_change_results():
     lin = Linear(_weights(1000, 200)[0], kernel="native")
     x = torch.randn(6, 1, 200, generator=torch.Generator().manual_seed(4))
@@ -80,6 +105,7 @@ def test_other_dtypes_take_another_kernel():
 
 FALLBACK = """
 import torch
+from steer_widgets import native
 from steer_widgets.linear import Linear
 w = torch.randn(40, 24)
 lin = Linear(w, kernel="native")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 
 import pytest
+import torch
 
 import steer_widgets as sw
 from steer_widgets.generation import TOP_K
@@ -128,3 +129,14 @@ def test_panes_say_when_a_backend_has_no_probabilities():
     assert widget.pane("DEFAULT")["probs"] is None
     assert widget.token_info("DEFAULT", 1) == {"token": "t2", "probability": None, "top": []}
     assert "probabilities not available" in widget._esm
+
+
+def test_top_tokens_equal_torch_topk_and_order_minus_infinity_by_id():
+    from steer_widgets.generation import _top
+
+    logp = torch.log_softmax(torch.randn(5000, generator=torch.Generator().manual_seed(3)), -1)
+    values, ids = logp.topk(5)
+    assert _top(logp.numpy(), 5) == tuple(zip(ids.tolist(), values.tolist(), strict=True))
+    inf = float("inf")
+    got = _top(torch.tensor([0.0, -inf, 1.0, -inf]).numpy(), 4)
+    assert got == ((2, 1.0), (0, 0.0), (1, -inf), (3, -inf))

@@ -10,6 +10,7 @@
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
 #include <torch/library.h>
 
 #include <algorithm>
@@ -150,8 +151,71 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& packed, int64_t n_out) 
   return y;
 }
 
-// torch.ops.steer_widgets.rowwise_linear (plain ATen and the op registry: no Python headers,
-// which keeps the one-time build short)
+// RMSNorm of each row of x [M, D] (contiguous fp32): w * (x * rsqrt(mean(x^2) + eps)), the
+// order of transformers' LlamaRMSNorm (Gemma's (1 + w) comes folded into w). One kernel
+// instead of six small torch ops per norm. The sum of squares runs in kLanes partial sums
+// combined in a fixed order, so a row's result never depends on the other rows.
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
+  TORCH_CHECK(x.dim() == 2 && w.dim() == 1 && x.size(1) == w.size(0), "x must be [M, D], w [D]");
+  TORCH_CHECK(x.scalar_type() == at::kFloat && w.scalar_type() == at::kFloat, "float32 only");
+  TORCH_CHECK(x.is_contiguous() && w.is_contiguous(), "contiguous tensors only");
+  constexpr int64_t kLanes = 8;
+  const int64_t M = x.size(0), D = x.size(1);
+  auto y = at::empty({M, D}, x.options());
+  const float* wp = w.data_ptr<float>();
+  for (int64_t m = 0; m < M; ++m) {
+    const float* xr = x.data_ptr<float>() + m * D;
+    float* yr = y.data_ptr<float>() + m * D;
+    float part[kLanes] = {};
+    int64_t j = 0;
+    for (; j + kLanes <= D; j += kLanes)
+      for (int64_t l = 0; l < kLanes; ++l) part[l] += xr[j + l] * xr[j + l];
+    float sum = 0.0f;
+    for (; j < D; ++j) sum += xr[j] * xr[j];
+    for (int64_t l = 0; l < kLanes; ++l) sum += part[l];
+    const float r = 1.0f / std::sqrt(sum / static_cast<float>(D) + static_cast<float>(eps));
+    for (j = 0; j < D; ++j) yr[j] = wp[j] * (xr[j] * r);
+  }
+  return y;
+}
+
+// Rotary embedding of x [B, T, H, D] (contiguous fp32) with cos and signed sin [T, R] (R <= D,
+// even): out = x * cos + roll(x, R/2) * sin on each head's first R dims, the rest copied. Two
+// rounded products and one rounded sum per element, as the three torch ops it replaces
+// (built with -ffp-contract=off, so no fused multiply-add), hence the same bits.
+at::Tensor rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  TORCH_CHECK(x.dim() == 4 && cos.dim() == 2 && sin.sizes() == cos.sizes(),
+              "x must be [B, T, H, D], cos and sin [T, R]");
+  TORCH_CHECK(x.scalar_type() == at::kFloat && cos.scalar_type() == at::kFloat &&
+                  sin.scalar_type() == at::kFloat,
+              "float32 only");
+  TORCH_CHECK(x.is_contiguous() && cos.is_contiguous() && sin.is_contiguous(),
+              "contiguous tensors only");
+  const int64_t B = x.size(0), T = x.size(1), H = x.size(2), D = x.size(3), R = cos.size(1);
+  TORCH_CHECK(cos.size(0) == T && R <= D && R % 2 == 0, "cos and sin do not fit x");
+  auto y = at::empty_like(x);
+  const int64_t half = R / 2;
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t t = 0; t < T; ++t) {
+      const float* c = cos.data_ptr<float>() + t * R;
+      const float* s = sin.data_ptr<float>() + t * R;
+      for (int64_t h = 0; h < H; ++h) {
+        const int64_t off = ((b * T + t) * H + h) * D;
+        const float* xr = x.data_ptr<float>() + off;
+        float* yr = y.data_ptr<float>() + off;
+        for (int64_t j = 0; j < half; ++j) yr[j] = xr[j] * c[j] + xr[j + half] * s[j];
+        for (int64_t j = half; j < R; ++j) yr[j] = xr[j] * c[j] + xr[j - half] * s[j];
+        for (int64_t j = R; j < D; ++j) yr[j] = xr[j];
+      }
+    }
+  }
+  return y;
+}
+
+// torch.ops.steer_widgets.* (plain ATen and the op registry: no Python headers, which keeps
+// the one-time build short)
 TORCH_LIBRARY(steer_widgets, m) {
   m.def("rowwise_linear(Tensor x, Tensor packed, int n_out) -> Tensor", &linear);
+  m.def("rms_norm(Tensor x, Tensor w, float eps) -> Tensor", &rms_norm);
+  m.def("rotary(Tensor x, Tensor cos, Tensor sin) -> Tensor", &rotary);
 }
