@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import torch
 import transformers as tf
-from common import best_of
+from common import best_of, read_bandwidth
 
 from steer_widgets.generation import Row, Sampling, decode
 from steer_widgets.transformer import Transformer, TransformerConfig
@@ -140,10 +140,20 @@ def check(
         "rows_identical": _rows_identical(ours, ids),
         "row_groups": dict(ours.row_groups),
         "params_m": sum(p.numel() for p in hf.parameters()) / 1e6,
+        "weight_mb_per_step": ours.weight_bytes() / 1e6,
     }
 
 
 def run() -> dict:
+    """Every architecture, and how close each runtime comes to the machine's read bandwidth
+    (a step reads every weight once): where transformers is already near it, no runtime can
+    be much faster."""
     figures: dict = {name: check(name) for name in configs()}
+    bandwidth = read_bandwidth()
+    for f in figures.values():
+        bound = bandwidth / (f["weight_mb_per_step"] * 1e6)
+        f["ours_vs_bound"] = f["ours_tokens_per_s"] / bound
+        f["hf_vs_bound"] = f["hf_tokens_per_s"] / bound
+    figures["read_bandwidth_gb_s"] = bandwidth / 1e9
     figures["threads"] = torch.get_num_threads()
     return figures
