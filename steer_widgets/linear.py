@@ -81,17 +81,15 @@ class Linear:
         ]
 
     def __call__(self, x: Tensor) -> Tensor:
-        if self.kernel == "native":
-            out = self._native(x)
-        else:
-            out = self._packed(x) if self.kernel == "onednn" else self._rows(x)
+        if self.kernel == "native":  # adds the bias itself
+            return self._native(x)
+        out = self._packed(x) if self.kernel == "onednn" else self._rows(x)
         return out if self.bias is None else out + self.bias
 
     def _native(self, x: Tensor) -> Tensor:
         lead = x.shape[:-1]
-        out = native.linear(
-            x.reshape(-1, self.in_features).contiguous(), self.packed, self.out_features
-        )
+        x2 = x.reshape(-1, self.in_features).contiguous()
+        out = native.linear(x2, self.packed, self.out_features, self.bias)
         return out.view(*lead, self.out_features)
 
     def _rows(self, x: Tensor) -> Tensor:

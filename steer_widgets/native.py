@@ -115,9 +115,10 @@ def pack(w: Tensor) -> Tensor:
     return padded.view(blocks, BLOCK, k).transpose(1, 2).contiguous()
 
 
-def linear(x: Tensor, packed: Tensor, n_out: int) -> Tensor:
-    """``x`` [M, K] (contiguous float32) times the packed weight: [M, n_out]."""
-    return extension()(x, packed, n_out)
+def linear(x: Tensor, packed: Tensor, n_out: int, bias: Tensor | None = None) -> Tensor:
+    """``x`` [M, K] (contiguous float32) times the packed weight, plus ``bias`` [n_out] if
+    given (added in the same pass, with the bits of a separate add): [M, n_out]."""
+    return extension()(x, packed, n_out, bias)
 
 
 def rms_norm(x: Tensor, w: Tensor, eps: float) -> Tensor:

@@ -37,6 +37,16 @@ def test_native_equals_matmul_for_odd_shapes(n, k, with_bias):
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize(("n", "k"), [(5, 3), (17, 33), (130, 576)])
+def test_fused_bias_has_the_bits_of_a_separate_add(n, k):
+    """The kernel adds the bias in its store: one rounding, as ``out + bias`` after it."""
+    w, b = _weights(n, k)
+    x = torch.randn(4, k, generator=torch.Generator().manual_seed(4))
+    packed = native.pack(w)
+    assert torch.equal(native.linear(x, packed, n, b), native.linear(x, packed, n) + b)
+    assert torch.equal(Linear(w, kernel="native", bias=b)(x), native.linear(x, packed, n) + b)
+
+
 @pytest.mark.parametrize(("n", "k"), [(37, 70), (300, 1100)])
 def test_any_row_count_gives_each_row_bit_for_bit_its_solo_result(n, k):
     lin = Linear(_weights(n, k)[0], kernel="native")
@@ -140,6 +150,8 @@ for n, k in [(1, 1), (17, 33), (130, 576), (49, 1100)]:
     y = op(x, native.pack(w), n)
     torch.testing.assert_close(y, x @ w.T, atol=1e-4, rtol=1e-4)
     assert all(torch.equal(op(x[i : i + 1].contiguous(), native.pack(w), n)[0], y[i]) for i in range(9))
+    b = torch.randn(n)
+    assert torch.equal(op(x, native.pack(w), n, b), y + b)
 print("ok")
 """
 

@@ -17,6 +17,7 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <utility>
 
 #if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
@@ -40,12 +41,11 @@ inline Vec load(const float* p) { return {_mm512_loadu_ps(p)}; }
 inline Vec fma(float a, const Vec& w, const Vec& acc) {
   return {_mm512_fmadd_ps(_mm512_set1_ps(a), w.v, acc.v)};
 }
-inline void store(float* p, const Vec& v, int64_t n) {
-  if (n == kBlock) {
-    _mm512_storeu_ps(p, v.v);
-  } else {
-    _mm512_mask_storeu_ps(p, static_cast<__mmask16>((1u << n) - 1), v.v);
-  }
+// y = acc (+ bias): one rounded add, as torch's separate ``out + bias`` (the same bits)
+inline void store(float* p, const Vec& v, int64_t n, const float* bias) {
+  const auto mask = static_cast<__mmask16>(n == kBlock ? 0xffffu : (1u << n) - 1);
+  const __m512 out = bias ? _mm512_add_ps(v.v, _mm512_maskz_loadu_ps(mask, bias)) : v.v;
+  _mm512_mask_storeu_ps(p, mask, out);
 }
 #elif defined(__AVX2__) && defined(__FMA__)
 constexpr int kRows = 3, kTile = 2;  // 12 + 4 of 16 registers (a block is two of them)
@@ -58,11 +58,11 @@ inline Vec fma(float a, const Vec& w, const Vec& acc) {
   const __m256 b = _mm256_set1_ps(a);
   return {_mm256_fmadd_ps(b, w.lo, acc.lo), _mm256_fmadd_ps(b, w.hi, acc.hi)};
 }
-inline void store(float* p, const Vec& v, int64_t n) {
+inline void store(float* p, const Vec& v, int64_t n, const float* bias) {
   alignas(32) float tmp[kBlock];
   _mm256_store_ps(tmp, v.lo);
   _mm256_store_ps(tmp + 8, v.hi);
-  std::copy(tmp, tmp + n, p);
+  for (int64_t i = 0; i < n; ++i) p[i] = bias ? tmp[i] + bias[i] : tmp[i];
 }
 #else
 constexpr int kRows = 4, kTile = 1;
@@ -80,12 +80,15 @@ inline Vec fma(float a, const Vec& w, const Vec& acc) {
   for (int64_t i = 0; i < kBlock; ++i) out.f[i] = std::fma(a, w.f[i], acc.f[i]);
   return out;
 }
-inline void store(float* p, const Vec& v, int64_t n) { std::copy(v.f, v.f + n, p); }
+inline void store(float* p, const Vec& v, int64_t n, const float* bias) {
+  for (int64_t i = 0; i < n; ++i) p[i] = bias ? v.f[i] + bias[i] : v.f[i];
+}
 #endif
 
 // R rows (x: row stride K) times C consecutive column blocks starting at block b.
 template <int R, int C>
-void tile(const float* x, const float* w, float* y, int64_t K, int64_t N, int64_t b) {
+void tile(const float* x, const float* w, const float* bias, float* y, int64_t K, int64_t N,
+          int64_t b) {
   Vec acc[R][C];
   for (int r = 0; r < R; ++r)
     for (int c = 0; c < C; ++c) acc[r][c] = zero();
@@ -105,11 +108,12 @@ void tile(const float* x, const float* w, float* y, int64_t K, int64_t N, int64_
   for (int c = 0; c < C; ++c) {
     const int64_t col = (b + c) * kBlock;
     const int64_t n = std::min(kBlock, N - col);
-    for (int r = 0; r < R; ++r) store(y + r * N + col, acc[r][c], n);
+    for (int r = 0; r < R; ++r) store(y + r * N + col, acc[r][c], n, bias ? bias + col : nullptr);
   }
 }
 
-using TileFn = void (*)(const float*, const float*, float*, int64_t, int64_t, int64_t);
+using TileFn = void (*)(const float*, const float*, const float*, float*, int64_t, int64_t,
+                       int64_t);
 
 // kTiles[r - 1][c - 1] is tile<r, c>: every shape up to kRows x kTile, chosen at run time
 template <int R, int... Cs>
@@ -124,8 +128,10 @@ constexpr auto kTiles = tiles(std::make_integer_sequence<int, kRows>{});
 
 }  // namespace
 
-// x [M, K] and packed [ceil(N/16), K, 16], both contiguous fp32: returns x @ W.T, [M, N].
-at::Tensor linear(const at::Tensor& x, const at::Tensor& packed, int64_t n_out) {
+// x [M, K] and packed [ceil(N/16), K, 16], both contiguous fp32: returns x @ W.T (+ bias),
+// [M, N]. The bias is added in the same pass (one dispatch less per biased layer).
+at::Tensor linear(const at::Tensor& x, const at::Tensor& packed, int64_t n_out,
+                  const std::optional<at::Tensor>& bias) {
   TORCH_CHECK(x.dim() == 2 && packed.dim() == 3, "x must be [M, K], packed [N/16, K, 16]");
   TORCH_CHECK(x.scalar_type() == at::kFloat && packed.scalar_type() == at::kFloat,
               "float32 only");
@@ -133,6 +139,13 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& packed, int64_t n_out) 
   const int64_t M = x.size(0), K = x.size(1), blocks = packed.size(0);
   TORCH_CHECK(packed.size(1) == K && packed.size(2) == kBlock, "packed weight has wrong shape");
   TORCH_CHECK(blocks == (n_out + kBlock - 1) / kBlock, "packed weight does not match n_out");
+  const float* bp = nullptr;
+  if (bias.has_value()) {
+    TORCH_CHECK(bias->dim() == 1 && bias->size(0) == n_out && bias->is_contiguous() &&
+                    bias->scalar_type() == at::kFloat,
+                "bias must be a contiguous float32 [n_out]");
+    bp = bias->data_ptr<float>();
+  }
   auto y = at::empty({M, n_out}, x.options());
   const float* xp = x.data_ptr<float>();
   const float* wp = packed.data_ptr<float>();
@@ -144,7 +157,7 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& packed, int64_t n_out) 
       const int cols = static_cast<int>(std::min<int64_t>(kTile, b1 - b));
       for (int64_t m = 0; m < M; m += kRows) {
         const int rows = static_cast<int>(std::min<int64_t>(kRows, M - m));
-        kTiles[rows - 1][cols - 1](xp + m * K, wp, yp + m * n_out, K, n_out, b);
+        kTiles[rows - 1][cols - 1](xp + m * K, wp, bp, yp + m * n_out, K, n_out, b);
       }
     }
   });
@@ -215,7 +228,7 @@ at::Tensor rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& 
 // torch.ops.steer_widgets.* (plain ATen and the op registry: no Python headers, which keeps
 // the one-time build short)
 TORCH_LIBRARY(steer_widgets, m) {
-  m.def("rowwise_linear(Tensor x, Tensor packed, int n_out) -> Tensor", &linear);
+  m.def("rowwise_linear(Tensor x, Tensor packed, int n_out, Tensor? bias=None) -> Tensor", &linear);
   m.def("rms_norm(Tensor x, Tensor w, float eps) -> Tensor", &rms_norm);
   m.def("rotary(Tensor x, Tensor cos, Tensor sin) -> Tensor", &rotary);
 }
