@@ -68,25 +68,31 @@ def steered_rows(engine, prompt, configs: dict) -> dict:
     return {name: r.outputs["STEERED"] for name, r in engine.steer_batch(requests).items()}
 
 
-def evaluate(engine, concepts: dict, names: list[str], prompts: list, sources: list) -> dict:
-    """Per (concept, prompt) scores of every method; returns the raw rows."""
+METHODS = ("search", "feature", "vector", "prompt")
+
+
+def evaluate(
+    engine, concepts: dict, names: list[str], prompts: list, sources: list, methods=METHODS
+) -> dict:
+    """Per (concept, prompt) scores of the ``methods`` asked for; returns the raw rows. A
+    method's rows do not depend on which other methods run (each steered row is exactly its
+    solo run), so a subset reproduces the full run's figures for those methods."""
     import steer_widgets as sw
 
     rows = []
+    searched = sources if "feature" in methods else []
     for name in names:
         forms = concepts[name]
-        hooks = [engine.saes.config(s).hook_name for s in sources]
-        hooks.append(engine.concepts.default_hook())
-        engine.concepts.means(engine.concepts.examples(name), hooks)  # one pass for all hooks
-        vec = engine.concept_vector(name)
-        matches = {s: engine.search_features(name, sources=[s], n=1)[0] for s in sources}
-        best = max(matches.values(), key=lambda m: m.score)
+        matches = {s: engine.search_features(name, sources=[s], n=1)[0] for s in searched}
+        best = max(matches.values(), key=lambda m: m.score) if matches else None
         hits = {}
-        for s in sources:
+        for s in sources if "search" in methods else []:
             found = engine.feature_index(s).search(name, limit=1)
             if found:
                 hits[s] = found[0]
-        configs = {"vector": {"vectors": [vec]}}
+        configs = {}
+        if "vector" in methods:
+            configs["vector"] = {"vectors": [engine.concept_vector(name)]}
         for s, m in matches.items():
             configs[f"feature:{s}"] = {"features": [sw.Feature(s, m.index, m.strength)]}
         for s, info in hits.items():
@@ -95,10 +101,11 @@ def evaluate(engine, concepts: dict, names: list[str], prompts: list, sources: l
         for p in prompts:
             default = engine.generate(p["prompt"], temperature=0.0, n_completion_tokens=N_TOKENS)
             d_nll = mean_nll(engine, p["prompt"], default.token_ids)
-            outs = steered_rows(engine, p["prompt"], configs)
-            outs["prompt"] = engine.generate(
-                prompted(p["prompt"], name), temperature=0.0, n_completion_tokens=N_TOKENS
-            )
+            outs = steered_rows(engine, p["prompt"], configs) if configs else {}
+            if "prompt" in methods:
+                outs["prompt"] = engine.generate(
+                    prompted(p["prompt"], name), temperature=0.0, n_completion_tokens=N_TOKENS
+                )
             base_hit = mentions(default.text, forms)
             for method, out in outs.items():
                 rows.append(
@@ -111,10 +118,11 @@ def evaluate(engine, concepts: dict, names: list[str], prompts: list, sources: l
                         "text": out.text,
                     }
                 )
-            best_row = next(r for r in rows[::-1] if r["method"] == f"feature:{best.source}")
-            rows.append({**best_row, "method": "feature"})
+            if best is not None:
+                best_row = next(r for r in rows[::-1] if r["method"] == f"feature:{best.source}")
+                rows.append({**best_row, "method": "feature"})
         print(f"steer_efficacy: {name} done", flush=True)
-        for s in sources:  # a source with no text-search hit scores a miss
+        for s in sources if "search" in methods else []:  # no text-search hit: a miss
             if s not in hits:
                 for p in prompts:
                     rows.append(
@@ -147,7 +155,7 @@ def summarise(rows: list[dict]) -> dict:
     return out
 
 
-def run(splits=("dev", "report"), save_rows: Path | None = None) -> dict:
+def run(splits=("dev", "report"), save_rows: Path | None = None, methods=METHODS) -> dict:
     import steer_widgets as sw
 
     data = json.loads(DATA.read_text())
@@ -156,7 +164,9 @@ def run(splits=("dev", "report"), save_rows: Path | None = None) -> dict:
     figures: dict = {}
     all_rows = {}
     for split in splits:
-        rows = evaluate(engine, data["concepts"], data["split"][split], data["prompts"], sources)
+        rows = evaluate(
+            engine, data["concepts"], data["split"][split], data["prompts"], sources, methods
+        )
         all_rows[split] = rows["rows"]
         summary = summarise(rows["rows"])
         prefix = "" if split == "report" else "dev."
@@ -186,5 +196,6 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--split", nargs="+", default=["dev", "report"])
     ap.add_argument("--rows", type=Path, default=None)
+    ap.add_argument("--methods", nargs="+", choices=METHODS, default=list(METHODS))
     a = ap.parse_args()
-    print(json.dumps(run(tuple(a.split), a.rows), indent=1))
+    print(json.dumps(run(tuple(a.split), a.rows, tuple(a.methods)), indent=1))

@@ -268,9 +268,11 @@ class Engine:
     def concept_vector(self, positive, negative=None, hook: str | None = None) -> Vector:
         """A steering ``Vector`` toward a concept: difference in means of the residual.
 
-        ``positive``: a concept name (the model writes its own examples, several samples per
-        batch) or a list of texts or chats; ``negative``: by default the shipped contrast set
-        (answers about other subjects, less any that names the concept).
+        ``positive``: a concept name (requests about it, read where the model has just been
+        asked, against the same requests about 47 other subjects: no sampling) or a list of
+        texts or chats (their content tokens against the shipped contrast set's answers);
+        ``negative``: your own texts or chats instead (with a name, the model then writes its
+        own examples to contrast with them).
         ``hook=None`` takes the layer where concept vectors steered best in our measurements.
         The vector is unit length and its ``strength`` is the recommended one (residual units).
         """
@@ -281,7 +283,8 @@ class Engine:
     ) -> FeatureMatches:
         """SAE features ranked by what steering with them does: the cosine of each decoder
         row with the concept's direction at its SAE's hook. Each match carries a label and a
-        recommended strength. ``examples`` replaces the model-written texts about ``query``."""
+        recommended strength. ``examples`` (texts or chats about ``query``) replaces the
+        requests the direction is read from by default."""
         return self.concepts.search(query, sources, n, examples)
 
     def decompose(self, vector: Vector | Tensor, source: str, n: int = 10) -> FeatureMatches:

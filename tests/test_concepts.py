@@ -54,6 +54,59 @@ def test_concept_vector_is_the_difference_in_means(engine):
     assert engine.typical_norm(HOOK) > 0
 
 
+def _manual_request_means(engine, prompts, hook):
+    """Per-request means over every position but the first, from our own hook."""
+    out = []
+    for p in prompts:
+        got = {}
+
+        def grab(x, start, got=got):
+            got["x"] = x[0].clone()
+
+        ids = torch.tensor([list(engine.text(p).ids)])
+        engine.model.runtime.forward(ids, hooks={hook: grab}, stop_at_layer=_layer(hook) + 1)
+        out.append(got["x"][1:].mean(0))
+    return torch.stack(out)
+
+
+def _layer(hook):
+    return int(hook.split(".")[1])
+
+
+def test_a_concept_name_contrasts_requests_about_it_with_requests_about_other_subjects(engine):
+    """No sampling: the requests themselves, read where the model has just been asked."""
+    hook = "blocks.6.hook_resid_post"
+    sampled_before = list(engine.concepts._examples)
+    vec = engine.concept_vector("music", hook=hook)
+    asked = concepts.example_prompts("music", chat=True)
+    others = concepts.request_baseline("music", chat=True)
+    subjects = {s for s in concepts.contrast_examples()[1] if "music" not in s.lower()}
+    assert len(others) == len(subjects) * len(concepts.EXAMPLE_TEMPLATES)
+    assert all(len(p) == 1 and p[0]["role"] == "user" for p in others)
+    expected = _manual_request_means(engine, asked, hook).mean(0) - _manual_request_means(
+        engine, others, hook
+    ).mean(0)
+    assert torch.allclose(vec.vector, expected / expected.norm(), atol=1e-5)
+    assert vec.strength == pytest.approx(
+        concepts.REQUEST_STRENGTH * engine.typical_norm(hook), abs=0.01
+    )
+    assert list(engine.concepts._examples) == sampled_before  # nothing was written
+    with pytest.raises(sw.RequestError) as err:
+        engine.concept_vector("   ")
+    assert err.value.field == "positive"
+
+
+def test_a_concept_name_with_own_negatives_uses_the_models_own_examples(engine):
+    vec = engine.concept_vector("music", negative=NEG, hook=HOOK)
+    written = engine.concepts.examples("music")  # cached: the texts the vector was built from
+    assert len(written) == len(concepts.EXAMPLE_TEMPLATES) * concepts.SAMPLES_PER_TEMPLATE
+    expected = _manual_means(engine, written).mean(0) - _manual_means(engine, NEG).mean(0)
+    assert torch.allclose(vec.vector, expected / expected.norm(), atol=1e-5)
+    assert vec.strength == pytest.approx(
+        concepts.VECTOR_STRENGTH * engine.typical_norm(HOOK), abs=0.01
+    )
+
+
 def test_concept_vector_default_hook_and_bad_input(engine):
     vec = engine.concept_vector(POS)  # contrast set as negatives, measured default layer
     assert vec.hook == engine.concepts.default_hook()

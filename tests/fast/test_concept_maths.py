@@ -52,6 +52,29 @@ def test_contrast_baseline_leaves_out_the_concepts_own_subject():
     assert concepts.baseline("tango") == everything  # no subject names it
 
 
+def test_contrast_requests_are_the_contrast_sets_requests_once_each():
+    chats, subjects = concepts.contrast_examples()
+    for chat in (True, False):
+        prompts, about = concepts.contrast_requests(chat)
+        assert len(set(map(str, prompts))) == len(prompts)  # each request once
+        assert set(about) == set(subjects)
+        assert len(prompts) == len(set(subjects)) * len(concepts.example_prompts("x", chat))
+    asked = {str(c[:-1]) for c in chats}  # what the shipped answers answered
+    assert {str(p) for p in concepts.contrast_requests(True)[0]} == asked
+    fruit = concepts.request_baseline("fruit", chat=True)
+    named = [s for s in set(subjects) if "fruit" in s.lower()]
+    assert named and len(fruit) == len(concepts.contrast_requests(True)[0]) - len(
+        concepts.EXAMPLE_TEMPLATES
+    ) * len(named)
+    assert not any("fruit" in p[0]["content"].lower() for p in fruit)
+
+
+def test_request_rows_drop_only_the_attention_sink():
+    resid = torch.arange(12.0).view(4, 3)
+    assert torch.equal(concepts.request_rows(resid, [True, True, False, True]), resid[1:])
+    assert torch.equal(concepts.request_rows(resid[:1], [True]), resid[:1])
+
+
 def test_remember_keeps_the_most_recently_used():
     from collections import OrderedDict
 
