@@ -29,7 +29,7 @@ def test_matching_pursuit_names_both_planted_rows():
 
 def test_content_mean_skips_position_zero_and_special_tokens():
     resid = torch.arange(12.0).reshape(4, 3)
-    mean = concepts.content_mean(resid, [False, True, False, False])
+    mean = concepts.content_rows(resid, [False, True, False, False]).mean(0)
     assert torch.equal(mean, resid[[2, 3]].mean(0))
 
 
