@@ -60,6 +60,7 @@ class Linear:
         self.bias = None if bias is None else bias.contiguous()
         if kernel == "native" and native.available(w):
             self.kernel, self.packed = "native", native.pack(w)
+            self._native = native.op("rowwise_linear")  # x [..., in] as it comes, bias fused
         elif kernel != "rows" and onednn_available(w):  # also where "native" cannot be built
             self.kernel = "onednn"
             self._pack_onednn(w)
@@ -81,16 +82,10 @@ class Linear:
         ]
 
     def __call__(self, x: Tensor) -> Tensor:
-        if self.kernel == "native":  # adds the bias itself
-            return self._native(x)
+        if self.kernel == "native":
+            return self._native(x, self.packed, self.out_features, self.bias)
         out = self._packed(x) if self.kernel == "onednn" else self._rows(x)
         return out if self.bias is None else out + self.bias
-
-    def _native(self, x: Tensor) -> Tensor:
-        lead = x.shape[:-1]
-        x2 = x.reshape(-1, self.in_features).contiguous()
-        out = native.linear(x2, self.packed, self.out_features, self.bias)
-        return out.view(*lead, self.out_features)
 
     def _rows(self, x: Tensor) -> Tensor:
         rows = x.shape[0]

@@ -115,24 +115,28 @@ def pack(w: Tensor) -> Tensor:
     return padded.view(blocks, BLOCK, k).transpose(1, 2).contiguous()
 
 
+def op(name: str) -> Callable[..., Tensor]:
+    """The compiled op ``name`` ("rowwise_linear", "rms_norm", "rotary"), looked up once for a
+    caller that runs it in every layer of every step; only where ``extension()`` is not None."""
+    extension()  # loads the module on first use
+    return getattr(torch.ops.steer_widgets, name).default
+
+
 def linear(x: Tensor, packed: Tensor, n_out: int, bias: Tensor | None = None) -> Tensor:
-    """``x`` [M, K] (contiguous float32) times the packed weight, plus ``bias`` [n_out] if
-    given (added in the same pass, with the bits of a separate add): [M, n_out]."""
+    """``x`` [..., K] (float32) times the packed weight, plus ``bias`` [n_out] if given (added
+    in the same pass, with the bits of a separate add): [..., n_out]."""
     return extension()(x, packed, n_out, bias)
 
 
 def rms_norm(x: Tensor, w: Tensor, eps: float) -> Tensor:
     """``w * (x * rsqrt(mean(x**2, -1) + eps))`` over the last dim of a float32 CPU ``x`` in
-    one call (six small torch ops otherwise), each row alone whatever the other rows; only
-    where ``extension()`` is not None (it loads the module)."""
-    extension()  # loads the module on first use
-    d = x.shape[-1]
-    return torch.ops.steer_widgets.rms_norm(x.reshape(-1, d).contiguous(), w, eps).view(x.shape)
+    one call (six small torch ops otherwise), each row alone whatever the other rows."""
+    return op("rms_norm")(x, w, eps)
 
 
 def rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     """Rotary embedding of the first ``R`` dims of each head of a float32 CPU ``x`` [B, T, H,
-    D] with ``cos`` and signed ``sin`` [T, R]: ``x * cos + roll(x, R/2) * sin``, the same bits
-    as those three torch ops (and the copy of a partial rotary's other dims) in one call."""
-    extension()  # loads the module on first use
-    return torch.ops.steer_widgets.rotary(x.contiguous(), cos, sin)
+    D] (each head contiguous; a slice of a fused qkv is read in place) with ``cos`` and signed
+    ``sin`` [T, R]: ``x * cos + roll(x, R/2) * sin``, the same bits as those three torch ops
+    (and the copy of a partial rotary's other dims) in one call."""
+    return op("rotary")(x, cos, sin)

@@ -454,6 +454,8 @@ class Transformer:
         self._native_ops = all(
             lin.kernel == "native" for layer in self.layers for lin in (layer.wqkv, layer.wo)
         )
+        if self._native_ops:
+            self._rms_norm, self._rotary_op = native.op("rms_norm"), native.op("rotary")
         self.row_groups = self.calibrate()
 
     def _linear(self, state, names: Sequence[str], dev) -> Linear:
@@ -599,10 +601,10 @@ class Transformer:
 
     def _norm(self, x: Tensor, norm: Norm) -> Tensor:
         weight, bias = norm
-        if self.cfg.norm == "layer":
-            return F.layer_norm(x, (x.shape[-1],), weight, bias, self.cfg.norm_eps)
+        if self.cfg.norm == "layer":  # F.layer_norm's op without its Python wrapper
+            return torch.layer_norm(x, (x.shape[-1],), weight, bias, self.cfg.norm_eps)
         if self._native_ops:
-            return native.rms_norm(x, weight, self.cfg.norm_eps)
+            return self._rms_norm(x, weight, self.cfg.norm_eps)
         # transformers' LlamaRMSNorm and Gemma's RMSNorm, operation for operation (the casts
         # are skipped in float32, where they do nothing but cost a dispatch each)
         h = x if x.dtype == torch.float32 else x.float()
@@ -613,8 +615,9 @@ class Transformer:
         return weight * (h if x.dtype == torch.float32 else h.to(x.dtype))
 
     def _rotary(self, start: int, t: int) -> list[tuple[Tensor, Tensor] | None]:
-        """Per layer, cos and signed sin [T, 1, rotary dims] at positions ``start..start+T``,
-        sliced once per forward pass for all layers sharing a rotary and a device."""
+        """Per layer, cos and signed sin at positions ``start..start+T``, sliced once per forward
+        pass for all layers sharing a rotary and a device: [T, rotary dims] for the native op,
+        [T, 1, rotary dims] (broadcast over heads) for the torch ops."""
         if not self.cfg.ropes:
             return [None] * self.cfg.n_layers
         shared: dict = {}
@@ -623,7 +626,8 @@ class Transformer:
             key = (id(rope), dev)
             if key not in shared:
                 cos, sin = self._rope_tables(rope, dev, start + t)
-                shared[key] = (cos[start : start + t, None], sin[start : start + t, None])
+                cos, sin = cos[start : start + t], sin[start : start + t]
+                shared[key] = (cos, sin) if self._native_ops else (cos[:, None], sin[:, None])
             out.append(shared[key])
         return out
 
@@ -657,9 +661,8 @@ class Transformer:
         Batched rows are bit-identical to solo rows only while every kernel sees a row count
         at which it is batch-invariant (see ``invariance.py``); prefill runs one row at a time.
         """
-        b, t = xs[0].shape[0], xs[0].shape[-2] if xs[0].dim() == 4 else xs[0].shape[1]
-        g = self.row_groups[kind]
-        if b <= g or t != 1:
+        b, g = xs[0].shape[0], self.row_groups[kind]
+        if b <= g or (xs[0].shape[-2] if xs[0].dim() == 4 else xs[0].shape[1]) != 1:
             return fn(*xs)
         return torch.cat([fn(*(x[i : i + g] for x in xs)) for i in range(0, b, g)])
 
@@ -692,14 +695,20 @@ class Transformer:
         cfg, layer = self.cfg, self.layers[i]
         b, t, _ = x.shape
         nh, nkv = cfg.n_heads, cfg.n_kv_heads
+        # [B, heads, T, d_head] views of the fused product, q and k heads rotating together
         qkv = self._mm(x, layer.wqkv).view(b, t, nh + 2 * nkv, cfg.d_head)
-        qk, v = qkv[:, :, : nh + nkv], qkv[:, :, nh + nkv :]  # q and k heads rotate together
-        if layer.q_norm is not None:
-            q, k = self._norm(qk[:, :, :nh], layer.q_norm), self._norm(qk[:, :, nh:], layer.k_norm)
-            qk = torch.cat((q, k), dim=2)
-        if rotary is not None:
-            qk = self._rotate(qk, *rotary)
-        q, k, v = qk[:, :, :nh].transpose(1, 2), qk[:, :, nh:].transpose(1, 2), v.transpose(1, 2)
+        if layer.q_norm is not None or rotary is not None:
+            qk = qkv[:, :, : nh + nkv]
+            if layer.q_norm is not None:
+                q, k = qk[:, :, :nh], qk[:, :, nh:]
+                qk = torch.cat((self._norm(q, layer.q_norm), self._norm(k, layer.k_norm)), dim=2)
+            if rotary is not None:
+                qk = self._rotate(qk, *rotary)
+            qk, v = qk.transpose(1, 2), qkv[:, :, nh + nkv :].transpose(1, 2)
+            q, k = qk[:, :nh], qk[:, nh:]
+        else:
+            qkv = qkv.transpose(1, 2)
+            q, k, v = qkv[:, :nh], qkv[:, nh : nh + nkv], qkv[:, nh + nkv :]
         if cache is not None:
             cache.k[i][:, :, start : start + t] = k
             cache.v[i][:, :, start : start + t] = v
@@ -712,9 +721,7 @@ class Transformer:
         return self._mm(z.reshape(b, t, -1), layer.wo)
 
     def _rotate(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-        if self._native_ops:
-            return native.rotary(x, cos.flatten(1), sin.flatten(1))
-        return _rotate(x, cos, sin)
+        return self._rotary_op(x, cos, sin) if self._native_ops else _rotate(x, cos, sin)
 
     def _attend(self, q: Tensor, k: Tensor, v: Tensor, start: int, window: int | None) -> Tensor:
         """Causal attention of positions ``start..start+T`` over keys ``0..start+T``, within

@@ -30,9 +30,13 @@ constexpr int64_t kBlock = 16;  // output columns per packed block
 constexpr int64_t kPrefetch = 32;  // lines ahead (2 KB per block): several rows keep the stream
 
 // Tile shapes (rows sharing each weight load x column blocks at once) fit the registers;
-// they change speed only, never a result.
+// they change speed only, never a result. Up to kWideRows rows take kWide column blocks at
+// once: each block is its own stream from memory, and one row is bound by how many streams
+// the memory system has in flight (a Xeon, one thread: a row's products 3-5% faster at 8).
+constexpr int kWideRows = 2;
 #if defined(__AVX512F__)
 constexpr int kRows = 6, kTile = 4;  // 24 accumulators + 4 weight lines of 32 registers
+constexpr int kWide = 8;  // two rows: 16 accumulators + 8 weight lines
 struct Vec {
   __m512 v;
 };
@@ -49,6 +53,7 @@ inline void store(float* p, const Vec& v, int64_t n, const float* bias) {
 }
 #elif defined(__AVX2__) && defined(__FMA__)
 constexpr int kRows = 3, kTile = 2;  // 12 + 4 of 16 registers (a block is two of them)
+constexpr int kWide = kTile;
 struct Vec {
   __m256 lo, hi;
 };
@@ -65,7 +70,7 @@ inline void store(float* p, const Vec& v, int64_t n, const float* bias) {
   for (int64_t i = 0; i < n; ++i) p[i] = bias ? tmp[i] + bias[i] : tmp[i];
 }
 #else
-constexpr int kRows = 4, kTile = 1;
+constexpr int kRows = 4, kTile = 1, kWide = 1;
 struct Vec {
   float f[kBlock];
 };
@@ -116,29 +121,34 @@ using TileFn = void (*)(const float*, const float*, const float*, float*, int64_
                        int64_t);
 
 // kTiles[r - 1][c - 1] is tile<r, c>: every shape up to kRows x kTile, chosen at run time
+// (kWideTiles: up to kWideRows x kWide)
 template <int R, int... Cs>
 constexpr std::array<TileFn, sizeof...(Cs)> tiles_of(std::integer_sequence<int, Cs...>) {
   return {tile<R, Cs + 1>...};
 }
-template <int... Rs>
+template <int W, int... Rs>
 constexpr auto tiles(std::integer_sequence<int, Rs...>) {
-  return std::array{tiles_of<Rs + 1>(std::make_integer_sequence<int, kTile>{})...};
+  return std::array{tiles_of<Rs + 1>(std::make_integer_sequence<int, W>{})...};
 }
-constexpr auto kTiles = tiles(std::make_integer_sequence<int, kRows>{});
+constexpr auto kTiles = tiles<kTile>(std::make_integer_sequence<int, kRows>{});
+constexpr auto kWideTiles = tiles<kWide>(std::make_integer_sequence<int, kWideRows>{});
 
 }  // namespace
 
-// x [M, K] and packed [ceil(N/16), K, 16], both contiguous fp32: returns x @ W.T (+ bias),
-// [M, N]. The bias is added in the same pass (one dispatch less per biased layer).
-at::Tensor linear(const at::Tensor& x, const at::Tensor& packed, int64_t n_out,
+// x [..., K] and packed [ceil(N/16), K, 16] (fp32): returns x @ W.T (+ bias), [..., N]. The
+// bias is added in the same pass, and x is flattened to rows (a copy only where it is not
+// contiguous) here rather than in Python: a decode step makes a few hundred of these calls.
+at::Tensor linear(const at::Tensor& x_in, const at::Tensor& packed, int64_t n_out,
                   const std::optional<at::Tensor>& bias) {
-  TORCH_CHECK(x.dim() == 2 && packed.dim() == 3, "x must be [M, K], packed [N/16, K, 16]");
-  TORCH_CHECK(x.scalar_type() == at::kFloat && packed.scalar_type() == at::kFloat,
+  TORCH_CHECK(x_in.dim() >= 1 && packed.dim() == 3, "x must be [..., K], packed [N/16, K, 16]");
+  TORCH_CHECK(x_in.scalar_type() == at::kFloat && packed.scalar_type() == at::kFloat,
               "float32 only");
-  TORCH_CHECK(x.is_contiguous() && packed.is_contiguous(), "contiguous tensors only");
-  const int64_t M = x.size(0), K = x.size(1), blocks = packed.size(0);
-  TORCH_CHECK(packed.size(1) == K && packed.size(2) == kBlock, "packed weight has wrong shape");
+  TORCH_CHECK(packed.is_contiguous(), "the packed weight must be contiguous");
+  const int64_t K = packed.size(1), blocks = packed.size(0);
+  TORCH_CHECK(x_in.size(-1) == K && packed.size(2) == kBlock, "packed weight does not fit x");
   TORCH_CHECK(blocks == (n_out + kBlock - 1) / kBlock, "packed weight does not match n_out");
+  const at::Tensor x = x_in.reshape({-1, K}).contiguous();
+  const int64_t M = x.size(0);
   const float* bp = nullptr;
   if (bias.has_value()) {
     TORCH_CHECK(bias->dim() == 1 && bias->size(0) == n_out && bias->is_contiguous() &&
@@ -146,15 +156,23 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& packed, int64_t n_out,
                 "bias must be a contiguous float32 [n_out]");
     bp = bias->data_ptr<float>();
   }
-  auto y = at::empty({M, n_out}, x.options());
+  auto sizes = x_in.sizes().vec();
+  sizes.back() = n_out;
+  auto y = at::empty(sizes, x.options());
   const float* xp = x.data_ptr<float>();
   const float* wp = packed.data_ptr<float>();
   float* yp = y.data_ptr<float>();
   // below ~64k multiply-adds per thread, starting threads costs more than it saves
   const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, M * K * kBlock));
+  const bool wide = M >= 1 && M <= kWideRows;
+  const int64_t width = wide ? kWide : kTile;
   at::parallel_for(0, blocks, grain, [&](int64_t b0, int64_t b1) {
-    for (int64_t b = b0; b < b1; b += kTile) {
-      const int cols = static_cast<int>(std::min<int64_t>(kTile, b1 - b));
+    for (int64_t b = b0; b < b1; b += width) {
+      const int cols = static_cast<int>(std::min<int64_t>(width, b1 - b));
+      if (wide) {
+        kWideTiles[M - 1][cols - 1](xp, wp, bp, yp, K, n_out, b);
+        continue;
+      }
       for (int64_t m = 0; m < M; m += kRows) {
         const int rows = static_cast<int>(std::min<int64_t>(kRows, M - m));
         kTiles[rows - 1][cols - 1](xp + m * K, wp, bp, yp + m * n_out, K, n_out, b);
@@ -164,17 +182,20 @@ at::Tensor linear(const at::Tensor& x, const at::Tensor& packed, int64_t n_out,
   return y;
 }
 
-// RMSNorm of each row of x [M, D] (contiguous fp32): w * (x * rsqrt(mean(x^2) + eps)), the
-// order of transformers' LlamaRMSNorm (Gemma's (1 + w) comes folded into w). One kernel
-// instead of six small torch ops per norm. The sum of squares runs in kLanes partial sums
-// combined in a fixed order, so a row's result never depends on the other rows.
-at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
-  TORCH_CHECK(x.dim() == 2 && w.dim() == 1 && x.size(1) == w.size(0), "x must be [M, D], w [D]");
-  TORCH_CHECK(x.scalar_type() == at::kFloat && w.scalar_type() == at::kFloat, "float32 only");
-  TORCH_CHECK(x.is_contiguous() && w.is_contiguous(), "contiguous tensors only");
+// RMSNorm of each row of x [..., D] (fp32; copied only where not contiguous): w * (x * rsqrt(
+// mean(x^2) + eps)), the order of transformers' LlamaRMSNorm (Gemma's (1 + w) comes folded
+// into w). One kernel instead of six small torch ops per norm. The sum of squares runs in
+// kLanes partial sums combined in a fixed order, so a row's result never depends on the
+// other rows.
+at::Tensor rms_norm(const at::Tensor& x_in, const at::Tensor& w, double eps) {
+  TORCH_CHECK(x_in.dim() >= 1 && w.dim() == 1 && x_in.size(-1) == w.size(0),
+              "x must be [..., D], w [D]");
+  TORCH_CHECK(x_in.scalar_type() == at::kFloat && w.scalar_type() == at::kFloat, "float32 only");
+  TORCH_CHECK(w.is_contiguous(), "w must be contiguous");
   constexpr int64_t kLanes = 8;
-  const int64_t M = x.size(0), D = x.size(1);
-  auto y = at::empty({M, D}, x.options());
+  const at::Tensor x = x_in.contiguous();
+  const int64_t D = x.size(-1), M = D ? x.numel() / D : 0;
+  auto y = at::empty_like(x);
   const float* wp = w.data_ptr<float>();
   for (int64_t m = 0; m < M; ++m) {
     const float* xr = x.data_ptr<float>() + m * D;
@@ -192,30 +213,30 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& w, double eps) {
   return y;
 }
 
-// Rotary embedding of x [B, T, H, D] (contiguous fp32) with cos and signed sin [T, R] (R <= D,
-// even): out = x * cos + roll(x, R/2) * sin on each head's first R dims, the rest copied. Two
-// rounded products and one rounded sum per element, as the three torch ops it replaces
-// (built with -ffp-contract=off, so no fused multiply-add), hence the same bits.
+// Rotary embedding of x [B, T, H, D] (fp32, each head contiguous, any other strides: the q and
+// k heads of a fused qkv are read in place) with cos and signed sin [T, R] (R <= D, even):
+// out = x * cos + roll(x, R/2) * sin on each head's first R dims, the rest copied, into a new
+// contiguous tensor. Two rounded products and one rounded sum per element, as the three torch
+// ops it replaces (built with -ffp-contract=off, so no fused multiply-add), hence the same bits.
 at::Tensor rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
   TORCH_CHECK(x.dim() == 4 && cos.dim() == 2 && sin.sizes() == cos.sizes(),
               "x must be [B, T, H, D], cos and sin [T, R]");
   TORCH_CHECK(x.scalar_type() == at::kFloat && cos.scalar_type() == at::kFloat &&
                   sin.scalar_type() == at::kFloat,
               "float32 only");
-  TORCH_CHECK(x.is_contiguous() && cos.is_contiguous() && sin.is_contiguous(),
-              "contiguous tensors only");
+  TORCH_CHECK(x.stride(3) == 1 && cos.is_contiguous() && sin.is_contiguous(),
+              "x's heads and cos and sin must be contiguous");
   const int64_t B = x.size(0), T = x.size(1), H = x.size(2), D = x.size(3), R = cos.size(1);
   TORCH_CHECK(cos.size(0) == T && R <= D && R % 2 == 0, "cos and sin do not fit x");
-  auto y = at::empty_like(x);
+  auto y = at::empty({B, T, H, D}, x.options());
   const int64_t half = R / 2;
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t t = 0; t < T; ++t) {
       const float* c = cos.data_ptr<float>() + t * R;
       const float* s = sin.data_ptr<float>() + t * R;
       for (int64_t h = 0; h < H; ++h) {
-        const int64_t off = ((b * T + t) * H + h) * D;
-        const float* xr = x.data_ptr<float>() + off;
-        float* yr = y.data_ptr<float>() + off;
+        const float* xr = x.data_ptr<float>() + b * x.stride(0) + t * x.stride(1) + h * x.stride(2);
+        float* yr = y.data_ptr<float>() + ((b * T + t) * H + h) * D;
         for (int64_t j = 0; j < half; ++j) yr[j] = xr[j] * c[j] + xr[j + half] * s[j];
         for (int64_t j = half; j < R; ++j) yr[j] = xr[j] * c[j] + xr[j - half] * s[j];
         for (int64_t j = R; j < D; ++j) yr[j] = xr[j];
