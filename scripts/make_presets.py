@@ -25,15 +25,15 @@ from steer_widgets.widgets.presets import PRESET_DIR
 
 # name, concept, chat prompt, words a steered text should show, description
 CANDIDATES = [
-    ("chocolate-favourite", "chocolate", "What is your favourite thing?", ("chocolate", "cocoa"),
-     "a favourite thing, steered toward chocolate"),
+    ("chocolate-poem", "chocolate", "Write a short poem.", ("chocolate", "cocoa"),
+     "a short poem, steered toward chocolate"),
     ("music-weekend", "music", "What should I do this weekend?", ("music", "song", "concert"),
      "weekend plans, steered toward music"),
     ("trees-advice", "trees", "Give me some advice for a good morning.", ("tree", "forest"),
      "morning advice, steered toward trees"),
     ("sports-day", "sports", "Tell me about your day.", ("sport", "game", "team", "play"),
      "a plain day, steered toward sports"),
-    ("cooking-story", "cooking", "Write a short story about a cat.", ("cook", "culinar", "kitchen"),
+    ("cooking-story", "cooking", "Write a short story about a cat.", ("cook", "culinar", "kitchen", "recipe"),
      "a cat story, steered toward cooking"),
     ("technology-day", "technology", "Tell me about your day.", ("tech", "computer", "digital"),
      "a plain day, steered toward technology"),  # left out since layer 12: does not steer

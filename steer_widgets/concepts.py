@@ -67,7 +67,10 @@ VECTOR_STRENGTH = 0.25  # a vector from texts: mean over their content tokens
 # +1.01 at 0.3); 0.4 gave 53% at +1.08, over the 1-nat budget; layers 9 and 15 did worse
 # (30% and 36% at 0.4).
 REQUEST_STRENGTH = 0.35
-FEATURE_STRENGTH = 0.5
+# A concept-search feature (fifth session, same dev half, top match by the request direction):
+# 0.3 / 0.35 / 0.4 / 0.45 / 0.5 typical norms steered 22.9% / 15.6% / 21.9% / 20.8% / 28.1%
+# at +0.58 / +0.76 / +0.94 / +1.08 / +1.75 nat: 0.4 is the strongest under the 1-nat budget.
+FEATURE_STRENGTH = 0.4
 
 Prompt = str | Sequence[dict]
 
