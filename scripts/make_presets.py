@@ -33,7 +33,8 @@ CANDIDATES = [
      "morning advice, steered toward trees"),
     ("sports-day", "sports", "Tell me about your day.", ("sport", "game", "team", "play"),
      "a plain day, steered toward sports"),
-    ("cooking-story", "cooking", "Write a short story about a cat.", ("cook", "culinar", "kitchen", "recipe"),
+    ("cooking-story", "cooking", "Write a short story about a cat.",
+     ("cook", "culinar", "kitchen", "recipe"),
      "a cat story, steered toward cooking"),
     ("technology-day", "technology", "Tell me about your day.", ("tech", "computer", "digital"),
      "a plain day, steered toward technology"),  # left out since layer 12: does not steer
