@@ -102,6 +102,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="training sequences scanned for the feature index, after the held-out",
     )
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--threads", type=int, default=1, help="torch threads (results depend on it: record it)"
+    )
     return p.parse_args(argv)
 
 
@@ -954,7 +957,7 @@ tied unembedding; context activations at position 0 are reported as 0.0 (never e
 
 def main(argv=None) -> None:
     args = parse_args(argv)
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     np.random.seed(args.seed)
     random.seed(args.seed)
