@@ -125,7 +125,7 @@ def op(name: str) -> Callable[..., Tensor]:
 def linear(x: Tensor, packed: Tensor, n_out: int, bias: Tensor | None = None) -> Tensor:
     """``x`` [..., K] (float32) times the packed weight, plus ``bias`` [n_out] if given (added
     in the same pass, with the bits of a separate add): [..., n_out]."""
-    return extension()(x, packed, n_out, bias)
+    return op("rowwise_linear")(x, packed, n_out, bias)
 
 
 def rms_norm(x: Tensor, w: Tensor, eps: float) -> Tensor:

@@ -662,7 +662,7 @@ class Transformer:
         at which it is batch-invariant (see ``invariance.py``); prefill runs one row at a time.
         """
         b, g = xs[0].shape[0], self.row_groups[kind]
-        if b <= g or (xs[0].shape[-2] if xs[0].dim() == 4 else xs[0].shape[1]) != 1:
+        if b <= g or xs[0].shape[-2] != 1:  # T of [B, T, d] and of [B, heads, T, d_head]
             return fn(*xs)
         return torch.cat([fn(*(x[i : i + g] for x in xs)) for i in range(0, b, g)])
 
