@@ -766,9 +766,14 @@ def _rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
 def _softcapped_attention(q, k, v, mask, causal: bool, scale: float | None, cap: float) -> Tensor:
     """Gemma 2's eager attention: scores soft-capped by ``cap * tanh(s / cap)`` before the
     mask and softmax (SDPA has no soft-capping)."""
-    rep = q.shape[1] // k.shape[1]
-    k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
-    scores = torch.matmul(q, k.transpose(2, 3)) * (scale or q.shape[-1] ** -0.5)
+    b, nh, t, d = q.shape
+    rep = nh // k.shape[1]
+    if t == 1 and mask is None:
+        # decode: a kv head's query heads are rows of one product (no copy of the cache)
+        q = q.reshape(b, k.shape[1], rep, d)
+    else:
+        k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+    scores = torch.matmul(q, k.transpose(2, 3)) * (scale or d**-0.5)
     scores = torch.tanh(scores / cap) * cap
     if causal:
         t, total = q.shape[2], k.shape[2]
@@ -776,7 +781,7 @@ def _softcapped_attention(q, k, v, mask, causal: bool, scale: float | None, cap:
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
     weights = torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype)
-    return torch.matmul(weights, v)
+    return torch.matmul(weights, v).reshape(b, nh, t, d)
 
 
 def _run(hooks: Mapping[str, Hook], name: str, x: Tensor, start: int) -> Tensor:
