@@ -108,8 +108,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def source_name(layer: int) -> str:
-    return f"{layer}-smollm2-res-4k"
+def source_name(layer: int, d_sae: int = 4096) -> str:
+    return f"{layer}-smollm2-res-{d_sae // 1024}k"
 
 
 def hook_name(layer: int) -> str:
@@ -563,7 +563,7 @@ def export_layer(args, layer: int, final: Path, heldout: torch.Tensor) -> dict:
         rescale_acts_by_decoder_norm=False,
         metadata=meta,
     )
-    out = args.out_dir / source_name(layer)
+    out = args.out_dir / source_name(layer, args.d_sae)
     out.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().to(torch.float16).contiguous() for k, v in sae.state_dict().items()}
     assert set(state) == {"W_enc", "b_enc", "W_dec", "b_dec"}, set(state)
@@ -638,7 +638,7 @@ def evaluate_layer(args, model, layer: int, heldout_acts: torch.Tensor, ids, bas
     if path.exists():
         return json.loads(path.read_text())
     t0 = time.time()
-    sae = SAE.load_from_disk(args.out_dir / source_name(layer), dtype="float32")
+    sae = SAE.load_from_disk(args.out_dir / source_name(layer, args.d_sae), dtype="float32")
     done = json.loads((args.work_dir / "train" / f"L{layer}" / "final" / "done.json").read_text())
     thr = done["outlier_threshold"]
     acc = {k: [0.0, torch.zeros(D_MODEL, dtype=torch.float64), 0.0, 0] for k in ("all", "typ")}
@@ -687,14 +687,14 @@ def build_index(args, model, layer: int, data, heldout_acts: torch.Tensor) -> di
 
     from steer_widgets.feature_index import feature_label, final_norm_weight, logit_lens
 
-    out_path = args.out_dir / source_name(layer) / "feature_index.json.gz"
+    out_path = args.out_dir / source_name(layer, args.d_sae) / "feature_index.json.gz"
     marker = args.work_dir / f"index_L{layer}.json"
     if marker.exists() and out_path.exists():
         return json.loads(marker.read_text())
     t0 = time.time()
     tok = model.tokenizer.hf
     L, T = args.seq_len, args.seq_len - 1
-    sae = SAE.load_from_disk(args.out_dir / source_name(layer), dtype="float32")
+    sae = SAE.load_from_disk(args.out_dir / source_name(layer, args.d_sae), dtype="float32")
     n_tr = min(args.index_train_seqs, data["train_ids"].shape[0])
     train_acts = torch.from_numpy(
         np.load(cache_paths(args, "train", layer), mmap_mode="r")[: n_tr * T].copy()
@@ -767,7 +767,7 @@ def build_index(args, model, layer: int, data, heldout_acts: torch.Tensor) -> di
         )
         feats[-1]["label"] = feature_label(feats[-1]["contexts"], feats[-1]["top_tokens"])
     index = {
-        "source": source_name(layer),
+        "source": source_name(layer, args.d_sae),
         "hook_name": hook_name(layer),
         "n_tokens_scanned": n_tok,
         "scanned_from": {
@@ -824,7 +824,7 @@ def write_reports(args, data, evals, exports, indexes, timings: Timings) -> None
             evals[layer],
             json.loads((args.work_dir / "train" / f"L{layer}" / "final" / "done.json").read_text()),
         )
-        quality["sources"][source_name(layer)] = {
+        quality["sources"][source_name(layer, args.d_sae)] = {
             "hook_name": hook_name(layer),
             "d_sae": args.d_sae,
             "k": args.k,
@@ -850,13 +850,20 @@ def write_reports(args, data, evals, exports, indexes, timings: Timings) -> None
     (args.out_dir / "quality.json").write_text(json.dumps(quality, indent=2) + "\n")
 
     td = timings.data
+    src = {
+        layer: {
+            "name": source_name(layer, args.d_sae),
+            **quality["sources"][source_name(layer, args.d_sae)],
+        }
+        for layer in args.layers
+    }
     outl = ", ".join(
-        f"L{layer}: {quality['sources'][source_name(layer)]['train_outlier_tokens_dropped']} "
-        f"train / {quality['sources'][source_name(layer)]['heldout_outlier_tokens']} held-out"
+        f"L{layer}: {src[layer]['train_outlier_tokens_dropped']} "
+        f"train / {src[layer]['heldout_outlier_tokens']} held-out"
         for layer in args.layers
     )
     rows = "\n".join(
-        f"| `{source_name(layer)}` | `{hook_name(layer)}` | {evals[layer]['fve']:.3f} | "
+        f"| `{src[layer]['name']}` | `{hook_name(layer)}` | {evals[layer]['fve']:.3f} | "
         f"{evals[layer]['fve_all_tokens']:.3f} | "
         f"{evals[layer]['mean_l0']:.1f} | {100 * evals[layer]['dead_frac']:.1f}% | "
         f"{evals[layer]['ce_clean']:.3f} | {evals[layer]['ce_with_sae']:.3f} | "
@@ -867,7 +874,7 @@ def write_reports(args, data, evals, exports, indexes, timings: Timings) -> None
         "data_s": "data (tokenize, split)",
         "cache_heldout_s": "cache held-out activations",
         "cache_train_s": "cache training activations",
-        **{f"train_L{x}_s": f"train `{source_name(x)}`" for x in args.layers},
+        **{f"train_L{x}_s": f"train `{source_name(x, args.d_sae)}`" for x in args.layers},
         "export_s": "export + reload check",
         "eval_s": "eval (FVE, dead, CE x4)",
         "index_s": "feature indexes",
@@ -903,7 +910,7 @@ The run is resumable: re-running the same command continues from the checkpoints
   tokens.
 - Training: {data["train_ids"].shape[0]} sequences = **{n_train:,} tokens** cached, {args.epochs}
   epochs at batch {args.batch_size}
-  ({quality["sources"][source_name(args.layers[0])]["train_steps"]} steps per SAE).
+  ({quality["sources"][source_name(args.layers[0], args.d_sae)]["train_steps"]} steps per SAE).
 - Held-out: {data["heldout_ids"].shape[0]} sequences = **{n_held:,} tokens**, from
   {len(data["heldout_docs"])} documents never used for training.
 - Activations cached once in float16 under the work dir (not in the repository).
@@ -977,7 +984,7 @@ def main(argv=None) -> None:
     exports = {}
     for layer in args.layers:
         marker = args.work_dir / f"export_L{layer}.json"
-        out = args.out_dir / source_name(layer)
+        out = args.out_dir / source_name(layer, args.d_sae)
         if marker.exists() and (out / "sae_weights.safetensors").exists():
             exports[layer] = json.loads(marker.read_text())["check"]
             continue
@@ -1013,7 +1020,8 @@ def main(argv=None) -> None:
         indexes[layer] = build_index(args, model, layer, data, held)
     timings.set("index_s", sum(i["index_s"] for i in indexes.values()))
     write_reports(args, data, evals, exports, indexes, timings)
-    log("done: " + json.dumps({source_name(k): round(v["fve"], 3) for k, v in evals.items()}))
+    fves = {source_name(k, args.d_sae): round(v["fve"], 3) for k, v in evals.items()}
+    log("done: " + json.dumps(fves))
 
 
 if __name__ == "__main__":
