@@ -850,20 +850,15 @@ def write_reports(args, data, evals, exports, indexes, timings: Timings) -> None
     (args.out_dir / "quality.json").write_text(json.dumps(quality, indent=2) + "\n")
 
     td = timings.data
-    src = {
-        layer: {
-            "name": source_name(layer, args.d_sae),
-            **quality["sources"][source_name(layer, args.d_sae)],
-        }
-        for layer in args.layers
-    }
+    names = {layer: source_name(layer, args.d_sae) for layer in args.layers}
+    src = {layer: quality["sources"][name] for layer, name in names.items()}
     outl = ", ".join(
         f"L{layer}: {src[layer]['train_outlier_tokens_dropped']} "
         f"train / {src[layer]['heldout_outlier_tokens']} held-out"
         for layer in args.layers
     )
     rows = "\n".join(
-        f"| `{src[layer]['name']}` | `{hook_name(layer)}` | {evals[layer]['fve']:.3f} | "
+        f"| `{names[layer]}` | `{hook_name(layer)}` | {evals[layer]['fve']:.3f} | "
         f"{evals[layer]['fve_all_tokens']:.3f} | "
         f"{evals[layer]['mean_l0']:.1f} | {100 * evals[layer]['dead_frac']:.1f}% | "
         f"{evals[layer]['ce_clean']:.3f} | {evals[layer]['ce_with_sae']:.3f} | "
@@ -874,7 +869,7 @@ def write_reports(args, data, evals, exports, indexes, timings: Timings) -> None
         "data_s": "data (tokenize, split)",
         "cache_heldout_s": "cache held-out activations",
         "cache_train_s": "cache training activations",
-        **{f"train_L{x}_s": f"train `{source_name(x, args.d_sae)}`" for x in args.layers},
+        **{f"train_L{x}_s": f"train `{names[x]}`" for x in args.layers},
         "export_s": "export + reload check",
         "eval_s": "eval (FVE, dead, CE x4)",
         "index_s": "feature indexes",
@@ -910,7 +905,7 @@ The run is resumable: re-running the same command continues from the checkpoints
   tokens.
 - Training: {data["train_ids"].shape[0]} sequences = **{n_train:,} tokens** cached, {args.epochs}
   epochs at batch {args.batch_size}
-  ({quality["sources"][source_name(args.layers[0], args.d_sae)]["train_steps"]} steps per SAE).
+  ({src[args.layers[0]]["train_steps"]} steps per SAE).
 - Held-out: {data["heldout_ids"].shape[0]} sequences = **{n_held:,} tokens**, from
   {len(data["heldout_docs"])} documents never used for training.
 - Activations cached once in float16 under the work dir (not in the repository).

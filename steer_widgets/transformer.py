@@ -776,7 +776,7 @@ def _softcapped_attention(q, k, v, mask, causal: bool, scale: float | None, cap:
     scores = torch.matmul(q, k.transpose(2, 3)) * (scale or d**-0.5)
     scores = torch.tanh(scores / cap) * cap
     if causal:
-        t, total = q.shape[2], k.shape[2]
+        total = k.shape[2]
         mask = torch.ones(t, total, dtype=torch.bool, device=q.device).tril(total - t)
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
