@@ -11,10 +11,12 @@ report half's figures count). For every (concept, prompt), greedy, 32 new tokens
 
 Methods: (a) ``search``: the top hit of the feature index's text search (what the picker
 searched before concept search) at the picker's old default strength (the feature's max
-activation, else 40); (b) ``feature``: the top feature of ``engine.search_features`` at its
-recommended strength; (c) ``vector``: ``engine.concept_vector`` at its recommended
-strength; (d) ``prompt``: the unsteered model asked to talk about the concept (chat: a
-sentence appended to the user's message; completion: a lead-in sentence), scored against
+activation, else 40, every position alike); (b) ``feature``: the top feature of
+``engine.search_features`` at its recommended strength; (c) ``vector``:
+``engine.concept_vector`` at its recommended strength ((b) and (c) with the engine's
+recommended ``prompt_multiplier``); (d) ``prompt``: the unsteered model asked to talk about
+the concept (chat: a sentence appended to the user's message; completion: a lead-in
+sentence), scored against
 the DEFAULT of the original prompt. (a) and (b) are reported per SAE as well; the headline
 (b) takes the best-scoring match over all SAEs. All steered rows of one prompt decode in one
 batch (each row is exactly its solo run).
@@ -91,10 +93,14 @@ def evaluate(
             if found:
                 hits[s] = found[0]
         configs = {}
+        recommended = {"prompt_multiplier": engine.default_prompt_multiplier()}
         if "vector" in methods:
-            configs["vector"] = {"vectors": [engine.concept_vector(name)]}
+            configs["vector"] = {"vectors": [engine.concept_vector(name)], **recommended}
         for s, m in matches.items():
-            configs[f"feature:{s}"] = {"features": [sw.Feature(s, m.index, m.strength)]}
+            configs[f"feature:{s}"] = {
+                "features": [sw.Feature(s, m.index, m.strength)],
+                **recommended,
+            }
         for s, info in hits.items():
             strength = info.max_act or OLD_PICKER_STRENGTH
             configs[f"search:{s}"] = {"features": [sw.Feature(s, info.index, strength)]}

@@ -35,9 +35,9 @@ CANDIDATES = [
      "a plain day, steered toward sports"),
     ("cooking-story", "cooking", "Write a short story about a cat.",
      ("cook", "culinar", "kitchen", "recipe"),
-     "a cat story, steered toward cooking"),
+     "a cat story, steered toward cooking"),  # left out with prompt x2: cinnamon, not cooking
     ("technology-day", "technology", "Tell me about your day.", ("tech", "computer", "digital"),
-     "a plain day, steered toward technology"),  # left out since layer 12: does not steer
+     "a plain day, steered toward technology"),  # back with prompt x2 (seventh session)
     ("coffee-morning", "coffee", "Give me some advice for a good morning.", ("coffee", "latte"),
      "morning advice, steered toward coffee"),
 ]  # fmt: skip

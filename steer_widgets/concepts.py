@@ -61,16 +61,28 @@ EXAMPLE_TEMPERATURE = 0.8
 # chat+plain examples tried and no better), as a fraction of depth, and the strengths in
 # typical residual norms (0.25-0.5 tried; 0.3 gave 44% at +1.02; 1.0 wrecks the text).
 CONCEPT_DEPTH = 0.41
-VECTOR_STRENGTH = 0.25  # a vector from texts: mean over their content tokens
-# A concept name's request direction (fourth session, same dev half, layer 12): 0.35 typical
-# norms steered 46% at +0.89 nat against the answers' direction's 33% at +0.71 (and 39% at
-# +1.01 at 0.3); 0.4 gave 53% at +1.08, over the 1-nat budget; layers 9 and 15 did worse
-# (30% and 36% at 0.4).
-REQUEST_STRENGTH = 0.35
-# A concept-search feature (fifth session, same dev half, top match by the request direction):
-# 0.3 / 0.35 / 0.4 / 0.45 / 0.5 typical norms steered 22.9% / 15.6% / 21.9% / 20.8% / 28.1%
-# at +0.58 / +0.76 / +0.94 / +1.08 / +1.75 nat: 0.4 is the strongest under the 1-nat budget.
-FEATURE_STRENGTH = 0.4
+# A vector from texts (the mean over their content tokens; measured with the model's own answers
+# about each dev concept): every position alike, 0.25 steered 33% at +0.71 nat; with
+# PROMPT_MULTIPLIER (seventh session) 0.2 / 0.25 steered 36% / 44% at +0.81 / +1.03.
+VECTOR_STRENGTH = 0.2
+# The recommended strengths go with the request's ``prompt_multiplier`` = PROMPT_MULTIPLIER:
+# the prompt's positions pushed twice as hard as the generated tokens (seventh session, same
+# dev half, concept vectors at layer 12): 0.6 on the prompt and 0.3 on generated tokens steered
+# 55% at +0.93 nat, against 46% at +0.89 at 0.35 everywhere. In chat the pushed request sets
+# the topic (the prompt alone at 0.5: 65% of chat pairs at +0.77), while a completion prompt is
+# a few tokens and needs the push on what is generated (the prompt alone: 2%).
+PROMPT_MULTIPLIER = 2.0
+# A concept name's request direction (fourth session, same dev half, layer 12, every position
+# alike): 0.35 typical norms steered 46% at +0.89 nat against the answers' direction's 33% at
+# +0.71 (and 39% at +1.01 at 0.3); 0.4 gave 53% at +1.08, over the 1-nat budget; layers 9
+# and 15 did worse (30% and 36% at 0.4). With PROMPT_MULTIPLIER (seventh session): 0.3.
+REQUEST_STRENGTH = 0.3
+# A concept-search feature (seventh session, same dev half, the best match over the five
+# shipped SAEs, with PROMPT_MULTIPLIER): 0.2 / 0.225 / 0.25 / 0.275 / 0.3 typical norms steered
+# 22.9% / 28.1% / 26.0% / 40.6% / 39.6% at +0.60 / +0.69 / +0.97 / +1.08 / +1.19 nat: 0.25 is
+# the strongest under the 1-nat budget (every position alike, the fifth session's 0.4: 32.3%
+# at +1.01; success is noisy from step to step, the two settings are level at 1 nat).
+FEATURE_STRENGTH = 0.25
 
 Prompt = str | Sequence[dict]
 

@@ -19,7 +19,7 @@ from torch import Tensor
 from . import checks
 from .activations import FeatureActivations, ResidualCache, Text, TopFeatures, TopPerToken
 from .analysis import Analysis
-from .concepts import Concepts, FeatureMatches
+from .concepts import PROMPT_MULTIPLIER, Concepts, FeatureMatches
 from .errors import RequestError
 from .feature_index import FeatureIndex
 from .generation import Row, Sampling, decode
@@ -296,6 +296,13 @@ class Engine:
         """The recommended strength for any feature of ``source``: a fixed fraction of its
         hook's typical norm (measured on the dev half of the steering benchmark)."""
         return self.concepts.feature_strength(self.saes.config(source).hook_name)
+
+    def default_prompt_multiplier(self) -> float:
+        """The recommended ``SteerRequest.prompt_multiplier``, the one the recommended
+        strengths (``default_strength``, ``concept_vector``, ``search_features``) were measured
+        with: the prompt pushed harder than the generated tokens sets the topic at less cost
+        to fluency (README, "Strength units")."""
+        return PROMPT_MULTIPLIER
 
     def typical_norm(self, hook: str) -> float:
         """Median residual norm at ``hook`` on neutral text: the unit strengths are read in."""

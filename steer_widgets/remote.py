@@ -195,6 +195,10 @@ class RemoteEngine(Engine):
         super().__init__(LoadedModel(name, runtime, tok), saes, sae_budget_bytes)
 
     # -- public API: the local engine's, plus where the outputs came from -----------------
+    def default_prompt_multiplier(self) -> float:
+        """1: the server steers every position alike (see ``plan``)."""
+        return 1.0
+
     def steer(self, request, cancel: threading.Event | None = None) -> SteerResult:
         result = super().steer(request, cancel)
         result.served_by = dict(self.served_by)
@@ -219,6 +223,12 @@ class RemoteEngine(Engine):
                 "steer_special_tokens",
                 "False needs a per-position steering mask, which interp-engine's /v1/generate "
                 "does not take; the server steers every prompt position",
+            )
+        if steers and request.prompt_multiplier != 1.0:
+            raise RemoteUnsupported(
+                "prompt_multiplier",
+                "a prompt strength other than the generated tokens' needs per-position "
+                "coefficients, which interp-engine's /v1/generate does not take; use 1",
             )
         if (
             steers

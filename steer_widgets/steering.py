@@ -10,7 +10,8 @@ inference server), so a request written for one reads the same here:
 
 with c = ``strength_multiplier * strength`` and v a feature's decoder row or a custom vector
 (divided by its norm when ``normalize_steering``). Each direction is applied once, at its own
-hook point, at every prompt position and every generated token.
+hook point, at every prompt position and every generated token; at the prompt's positions c
+is multiplied by ``prompt_multiplier`` (1 by default, as in the reference tools).
 """
 
 from __future__ import annotations
@@ -71,6 +72,7 @@ class SteerRequest:
     strength_multiplier: float = 1.0
     normalize_steering: bool = False
     steer_special_tokens: bool = True
+    prompt_multiplier: float = 1.0  # c at the prompt's positions is multiplied by this
     n_completion_tokens: int = DEFAULT_SAMPLING.n_completion_tokens
     temperature: float = DEFAULT_SAMPLING.temperature
     freq_penalty: float = DEFAULT_SAMPLING.freq_penalty
@@ -206,7 +208,10 @@ def build_plan(
 ) -> Plan:
     """The rows of a validated request; ``special`` flags the prompt's special tokens."""
     check_combinable(request.steer_method, directions)
-    mask = None if request.steer_special_tokens else torch.tensor(special, dtype=torch.bool)
+    unsteered = special if not request.steer_special_tokens else [False] * len(special)
+    prompt = PromptPositions(
+        float(request.prompt_multiplier), torch.tensor(unsteered, dtype=torch.bool)
+    )
     by_hook: dict[str, list[Direction]] = {}
     for d in directions:
         by_hook.setdefault(d.hook, []).append(d)
@@ -214,7 +219,7 @@ def build_plan(
     for label, mult in output_multipliers(request).items():
         ops = {}
         if mult is not None:
-            ops = {h: row_op(request.steer_method, ds, mult, mask) for h, ds in by_hook.items()}
+            ops = {h: row_op(request.steer_method, ds, mult, prompt) for h, ds in by_hook.items()}
         plan.outputs.append(PlannedRow(label, mult, Row(ops)))
     return plan
 
@@ -280,6 +285,7 @@ def validate_shape(request: SteerRequest, max_rows: int | None = None) -> None:
     checks.number("strength_multiplier", request.strength_multiplier)
     checks.flag("normalize_steering", request.normalize_steering)
     checks.flag("steer_special_tokens", request.steer_special_tokens)
+    checks.number("prompt_multiplier", request.prompt_multiplier)
     request.sampling.validate()
     _check_features(request.features)
     _check_vectors(request.vectors)
@@ -343,36 +349,61 @@ def unit(v: Tensor, field_name: str) -> Tensor:
     return v / norm
 
 
+@dataclass(frozen=True)
+class PromptPositions:
+    """How a row treats the prompt's positions: ``multiplier`` scales every coefficient there
+    and ``unsteered`` (one flag per prompt token) leaves positions alone. Generated positions
+    always get the plain coefficient."""
+
+    multiplier: float
+    unsteered: Tensor  # bool [prompt length]
+
+    def plain_from(self, start: int) -> bool:
+        """Positions from ``start`` on are steered with the plain coefficient: every decode
+        step, and the whole prompt when it is neither scaled nor masked."""
+        if start >= len(self.unsteered):
+            return True
+        return self.multiplier == 1.0 and not bool(self.unsteered[start:].any())
+
+
 def row_op(
     method: str,
     directions: Sequence[Direction],
     multiplier: float,
-    unsteered_positions: Tensor | None,
+    prompt: PromptPositions | None = None,
 ):
     """The per-row intervention for one hook: every direction at that hook, in order.
-
-    ``unsteered_positions`` is a bool mask over prompt positions left alone
-    (``steer_special_tokens=False``); positions past the prompt are always steered.
-    """
+    ``prompt=None`` steers every position with the plain coefficient."""
     coefs = [multiplier * d.strength for d in directions]
     units = [unit(d.vector, d.field) for d in directions] if method != "SIMPLE_ADDITIVE" else None
 
-    def op(x: Tensor, start: int) -> Tensor:
+    def steer(x: Tensor, scale: float | Tensor) -> Tensor:
         new = x
         for i, d in enumerate(directions):
-            new = _apply(method, new, d.vector, units[i] if units else None, coefs[i], d.centred)
-        if unsteered_positions is None or start >= len(unsteered_positions):
-            return new
-        keep = unsteered_positions[start : start + x.shape[1]]
-        keep = torch.cat([keep, keep.new_zeros(x.shape[1] - len(keep))]).to(x.device)
-        return torch.where(keep[None, :, None], x, new)
+            c = coefs[i] * scale
+            new = _apply(method, new, d.vector, units[i] if units else None, c, d.centred)
+        return new
+
+    def op(x: Tensor, start: int) -> Tensor:
+        if prompt is None or prompt.plain_from(start):
+            return steer(x, 1.0)
+        pos = torch.arange(start, start + x.shape[1])
+        in_prompt = pos < len(prompt.unsteered)
+        scale: float | Tensor = 1.0  # a mask alone keeps the plain coefficient's arithmetic
+        if prompt.multiplier != 1.0:
+            scale = torch.where(in_prompt, prompt.multiplier, 1.0).to(x.device)[None, :, None]
+        keep = in_prompt & prompt.unsteered[pos.clamp(max=len(prompt.unsteered) - 1)]
+        keep = keep.to(x.device).view(1, -1, *[1] * (x.dim() - 2))  # hook_z is [B, T, H, d]
+        return torch.where(keep, x, steer(x, scale))
 
     return op
 
 
 def _apply(
-    method: str, x: Tensor, v: Tensor, u: Tensor | None, c: float, centred: bool = False
+    method: str, x: Tensor, v: Tensor, u: Tensor | None, c: float | Tensor, centred: bool = False
 ) -> Tensor:
+    """One direction applied to ``x``; ``c`` is a number or one coefficient per position
+    ([1, T, 1]), which broadcasts through each method's formula."""
     flat = x.reshape(x.shape[0], x.shape[1], -1)  # attn.hook_z is [B, T, heads, d_head]
     v, u = v.to(flat.device), None if u is None else u.to(flat.device)  # no-op on one device
     if method == "SIMPLE_ADDITIVE":

@@ -178,6 +178,7 @@ def test_what_the_server_cannot_serve_is_refused_before_any_request(remote):
     sent = remote.client.stats["requests"]
     refused = {
         "steer_special_tokens": base.with_(steer_special_tokens=False),
+        "prompt_multiplier": base.with_(prompt_multiplier=2.0),
         "freq_penalty": base.with_(temperature=0.5, freq_penalty=1.0),
         "n_completion_tokens": base.with_(n_completion_tokens=MAX_NEW + 1),
         "vectors[0].hook": base.with_(
@@ -188,6 +189,7 @@ def test_what_the_server_cannot_serve_is_refused_before_any_request(remote):
         with pytest.raises(sw.RequestError) as info:
             remote.steer(request)
         assert info.value.field == field
+    assert remote.default_prompt_multiplier() == 1.0  # what the explorer starts with there
     assert remote.client.stats["requests"] == sent
     assert remote.steer(base.with_(n_completion_tokens=2)).outputs  # still usable
 

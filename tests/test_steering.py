@@ -8,7 +8,13 @@ import pytest
 import torch
 
 import steer_widgets as sw
-from steer_widgets.steering import Direction, output_multipliers, row_op, sweep_label
+from steer_widgets.steering import (
+    Direction,
+    PromptPositions,
+    output_multipliers,
+    row_op,
+    sweep_label,
+)
 
 CHAT = [{"role": "user", "content": "Tell me about the ocean."}]
 PROMPTS = {"completion": "I think that", "chat": CHAT}
@@ -21,8 +27,9 @@ DIMENSIONS = {
     "steer_method": ["SIMPLE_ADDITIVE", "ORTHOGONAL_DECOMP", "PROJECTION_CAP"],
     "steer_special_tokens": [True, False],
     "sweep": [(), (-1.0, 2.0)],
+    "prompt_multiplier": [1.0, 2.0, 0.0],
 }
-STEPS = [1, 5, 7, 11, 13, 3, 17, 19]  # co-prime strides give a spread-out covering design
+STEPS = [1, 5, 7, 11, 13, 3, 17, 19, 23]  # co-prime strides give a spread-out covering design
 
 
 def cases(n: int = 15) -> list[dict]:
@@ -82,6 +89,7 @@ def test_parallel_rows_equal_solo_rows(engine, sources, case):
         freq_penalty=case["freq_penalty"],
         steer_method=case["steer_method"],
         steer_special_tokens=case["steer_special_tokens"],
+        prompt_multiplier=case["prompt_multiplier"],
         sweep=case["sweep"],
         n_completion_tokens=8,
         **steering_for(case["steering"], sources, engine),
@@ -180,7 +188,7 @@ def test_special_tokens_unsteered_only_in_the_prompt(engine, sources):
     enc = engine.tokenizer.encode(CHAT)
     mask = torch.tensor(enc.special)
     d = direction(engine, sources[1], 11, 50.0)
-    op = row_op("SIMPLE_ADDITIVE", [d], 1.0, mask)
+    op = row_op("SIMPLE_ADDITIVE", [d], 1.0, PromptPositions(1.0, mask))
     h = residual_at(engine, list(enc.ids), d.hook)
     out = op(h, 0)
     changed = (out != h).any(-1)[0]

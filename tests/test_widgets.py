@@ -369,6 +369,36 @@ def test_saved_view_loads_into_a_new_explorer_with_the_same_tokens(engine, sourc
     assert loaded.request() == ex.request()
 
 
+def test_prompt_multiplier_starts_at_the_engines_recommendation_and_views_keep_it(
+    engine, source, tmp_path
+):
+    from steer_widgets.widgets.views import same_tokens
+
+    ex = make(engine, features=[(source, 6, 70.0)], chat=True, temperature=0.0)
+    assert ex.request().prompt_multiplier == engine.default_prompt_multiplier() == 2.0
+    alike = engine.steer(ex.request().with_(prompt_multiplier=1.0)).outputs["STEERED"]
+    assert (
+        ex.outputs["STEERED"].token_ids == engine.steer(ex.request()).outputs["STEERED"].token_ids
+    )
+    assert ex.outputs["STEERED"].token_ids != alike.token_ids  # the prompt push changes the text
+    ex.set(prompt_multiplier=0.5)
+    assert ex.wait(120), ex.status
+    assert ex.request().prompt_multiplier == 0.5
+    view = ex.save_view(tmp_path / "v.json")
+    loaded = Explorer.load_view(tmp_path / "v.json", engine)
+    assert loaded.wait(120) and same_tokens(loaded)
+    assert loaded.request().prompt_multiplier == 0.5
+    # a view saved before the field existed steers every position alike, as it did then
+    del view["request"]["prompt_multiplier"]
+    old = Explorer.load_view(view, engine)
+    assert old.wait(120), old.status
+    assert old.request().prompt_multiplier == 1.0
+    assert (
+        old.outputs["STEERED"].token_ids
+        == engine.steer(ex.request().with_(prompt_multiplier=1.0)).outputs["STEERED"].token_ids
+    )
+
+
 def test_feature_card_shows_tokens_contexts_neighbours_and_steers(engine, source):
     import html
 

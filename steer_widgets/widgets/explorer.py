@@ -41,7 +41,8 @@ class Explorer:
 
     Keyword settings are request fields (``n_completion_tokens``, ``temperature``,
     ``freq_penalty``, ``seed``, ``strength_multiplier``, ``steer_method``,
-    ``steer_special_tokens``) plus ``prompt``, ``chat`` and ``sweep``; ``features`` is a list of
+    ``steer_special_tokens``, ``prompt_multiplier``: the engine's recommendation unless given)
+    plus ``prompt``, ``chat`` and ``sweep``; ``features`` is a list of
     ``(source, index)`` or ``(source, index, strength)``. ``live=False`` runs only on ``run()``
     or the Run button.
     """
@@ -70,7 +71,8 @@ class Explorer:
         self._heat_shown: tuple[SteerRequest, dict] | None = None  # what the heatmap colours
         self.picker = FeaturePicker(engine, self._picked, self._fail, on_concept=self._concept)
         self.features_ui = FeatureRows(self._changed, self.picker.neighbours, self.picker.card.show)
-        self.controls = Controls({**defaults(), **settings})
+        recommended = {"prompt_multiplier": self._default_prompt_multiplier()}
+        self.controls = Controls({**defaults(), **recommended, **settings})
         self.presets = PresetMenu(engine.model.name, self._apply_view, self._fail)
         self.view = Layout(
             prompt, chat, self.controls, self.picker.ui, self.features_ui.ui, self.presets.ui
@@ -160,6 +162,11 @@ class Explorer:
         """Steer with a custom direction (e.g. ``engine.concept_vector(...)``); its row."""
         with self._batch():
             return self.features_ui.add_vector(name, vector, self._typical_norm(vector.hook))
+
+    def _default_prompt_multiplier(self) -> float:
+        """The engine's recommendation, where it has one (1: the reference tools' steering)."""
+        recommended = getattr(self.engine, "default_prompt_multiplier", None)
+        return recommended() if recommended else 1.0
 
     def _typical_norm(self, hook: str) -> float | None:
         """The hook's typical residual norm, where the engine measures one (slider ranges)."""

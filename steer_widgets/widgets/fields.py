@@ -52,6 +52,11 @@ FIELDS: tuple[Field, ...] = (
         hint="how the direction is applied at its hook",
     ),
     Field(
+        "prompt_multiplier", "prompt ×", "float", "steering", 0.0, 4.0, 0.1,
+        "scales the push at the prompt's positions (generated tokens get 1x): a harder push "
+        "on the prompt sets the topic at less cost to fluency",
+    ),
+    Field(
         "steer_special_tokens", "steer special tokens", "bool", "steering",
         hint="also steer BOS and chat scaffolding in the prompt",
     ),

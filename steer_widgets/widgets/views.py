@@ -44,6 +44,7 @@ SETTINGS = (
     "strength_multiplier",
     "steer_method",
     "steer_special_tokens",
+    "prompt_multiplier",
     "n_completion_tokens",
     "temperature",
     "freq_penalty",
