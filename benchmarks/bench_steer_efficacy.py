@@ -16,9 +16,9 @@ activation, else 40, every position alike); (b) ``feature``: the top feature of
 ``engine.concept_vector`` at its recommended strength ((b) and (c) with the engine's
 recommended ``prompt_multiplier``); (d) ``prompt``: the unsteered model asked to talk about
 the concept (chat: a sentence appended to the user's message; completion: a lead-in
-sentence), scored against
-the DEFAULT of the original prompt. (a) and (b) are reported per SAE as well; the headline
-(b) takes the best-scoring match over all SAEs. All steered rows of one prompt decode in one
+sentence), scored against the DEFAULT of the original prompt. (a) and (b) are reported per
+SAE as well; the headline (b) is ``engine.search_features``' top match over its default
+sources (the SAEs nearest the concept layer). All steered rows of one prompt decode in one
 batch (each row is exactly its solo run).
 
     python benchmarks/run.py --only steer_efficacy --json out.json
@@ -86,7 +86,8 @@ def evaluate(
     for name in names:
         forms = concepts[name]
         matches = {s: engine.search_features(name, sources=[s], n=1)[0] for s in searched}
-        best = max(matches.values(), key=lambda m: m.score) if matches else None
+        best = engine.search_features(name, n=1)[0] if matches else None  # its default sources
+        assert best is None or matches[best.source].index == best.index
         hits = {}
         for s in sources if "search" in methods else []:
             found = engine.feature_index(s).search(name, limit=1)

@@ -31,6 +31,7 @@ hard a push is whatever the model or layer.
 from __future__ import annotations
 
 import json
+import re
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -318,6 +319,21 @@ class Concepts:
             *(saes.config(s).hook_name for s in self._whole_hook_sources()),
         ]
 
+    def default_sources(self) -> list[str]:
+        """The whole-hook SAEs nearest the concept layer, where steering works. Cosines are not
+        comparable across layers: on the dev half (seventh session) the best match over all
+        five shipped SAEs took layer 5 for 5 of 24 concepts (its rows align better and steer
+        worse) and steered 26.0% at +0.97 nat, the best over the two layer-12 SAEs 34.4% at
+        +0.87. SAEs at hooks without a layer number count only when no other is registered."""
+        whole = self._whole_hook_sources()
+        layers = {s: _layer(self.engine.saes.config(s).hook_name) for s in whole}
+        placed = [s for s in whole if layers[s] is not None]
+        if not placed:
+            return whole
+        target = _layer(self.default_hook())
+        nearest = min(abs(layers[s] - target) for s in placed)
+        return [s for s in placed if abs(layers[s] - target) == nearest]
+
     def _whole_hook_sources(self) -> list[str]:
         """The SAEs that read their whole hook (not one head's slice): the ones a concept
         direction at the hook can be compared with."""
@@ -355,7 +371,7 @@ class Concepts:
             raise RequestError("n", f"must be a positive integer, got {n!r}")
         saes = self.engine.saes
         widths = self.engine.model.runtime.hook_widths()
-        sources = self._whole_hook_sources() if sources is None else list(sources)
+        sources = self.default_sources() if sources is None else list(sources)
         if not sources:
             raise RequestError("sources", "no SAE that reads a whole hook is registered")
         hooks = {s: saes.config(s).hook_name for s in sources}  # SourceError names a bad one
@@ -426,6 +442,12 @@ class Concepts:
         if hook not in self.engine.model.runtime.hook_widths():
             raise RequestError(field, f"the model has no hook {hook!r}")
         return hook
+
+
+def _layer(hook: str) -> int | None:
+    """The block number of a TransformerLens hook name (``blocks.12.hook_resid_post``)."""
+    match = re.match(r"blocks\.(\d+)\.", hook)
+    return int(match.group(1)) if match else None
 
 
 def _remember(cache: OrderedDict, key, value, size: int = CACHED_SETS) -> None:

@@ -283,8 +283,10 @@ class Engine:
     ) -> FeatureMatches:
         """SAE features ranked by what steering with them does: the cosine of each decoder
         row with the concept's direction at its SAE's hook. Each match carries a label and a
-        recommended strength. ``examples`` (texts or chats about ``query``) replaces the
-        requests the direction is read from by default."""
+        recommended strength. ``sources=None`` searches the SAEs nearest the concept layer
+        (``concepts.default_sources()``: cosines are not comparable across layers).
+        ``examples`` (texts or chats about ``query``) replaces the requests the direction is
+        read from by default."""
         return self.concepts.search(query, sources, n, examples)
 
     def decompose(self, vector: Vector | Tensor, source: str, n: int = 10) -> FeatureMatches:

@@ -171,6 +171,20 @@ def test_search_features_ranks_a_planted_feature_first(engine, sources, tmp_path
     assert found[1].score < 0.9  # the real features are not the planted direction
 
 
+def test_default_search_sources_are_the_saes_nearest_the_concept_layer(engine):
+    """Cosines are not comparable across layers, so ``sources=None`` searches only the SAEs
+    nearest the concept layer (for the shipped set: both layer-12 SAEs)."""
+    hook = engine.concepts.default_hook()
+    near = engine.concepts.default_sources()
+    assert len(near) == 2 and {engine.saes.config(s).hook_name for s in near} == {hook}
+    found = engine.search_features("music", n=30, examples=POS)
+    assert {m.source for m in found} <= set(near) and len({m.source for m in found}) == 2
+    folders = {s: engine.saes.config(s).folder for s in engine.saes.sources()}
+    early = {s: f for s, f in folders.items() if s.split("-")[0] in ("5", "22")}
+    other = sw.Engine(engine.model, saes=early)  # layers 5 and 22: 5 is nearer to 12
+    assert other.concepts.default_sources() == ["5-smollm2-res-4k"]
+
+
 def test_search_features_bad_input(engine):
     for kwargs, field in (
         ({"query": ""}, "query"),
