@@ -36,8 +36,7 @@ def directions(engine, name: str) -> dict:
     """Each kind's unit direction and hook for one concept."""
     req = engine.concept_vector(name)
     ans = engine.concept_vector(engine.concepts.examples(name))
-    matches = [engine.search_features(name, sources=[s], n=1)[0] for s in engine.saes.sources()]
-    best = max(matches, key=lambda m: m.score)
+    best = engine.search_features(name, sources=engine.saes.sources(), n=1)[0]  # all five
     return {
         "request": ("vectors", req.vector, req.hook),
         "answers": ("vectors", ans.vector, ans.hook),

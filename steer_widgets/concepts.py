@@ -31,7 +31,6 @@ hard a push is whatever the model or layer.
 from __future__ import annotations
 
 import json
-import re
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -326,11 +325,11 @@ class Concepts:
         worse) and steered 26.0% at +0.97 nat, the best over the two layer-12 SAEs 34.4% at
         +0.87. SAEs at hooks without a layer number count only when no other is registered."""
         whole = self._whole_hook_sources()
-        layers = {s: _layer(self.engine.saes.config(s).hook_name) for s in whole}
+        layers = {s: self.engine.saes.config(s).layer for s in whole}
         placed = [s for s in whole if layers[s] is not None]
         if not placed:
             return whole
-        target = _layer(self.default_hook())
+        target = hook_layer(self.default_hook())
         nearest = min(abs(layers[s] - target) for s in placed)
         return [s for s in placed if abs(layers[s] - target) == nearest]
 
@@ -442,12 +441,6 @@ class Concepts:
         if hook not in self.engine.model.runtime.hook_widths():
             raise RequestError(field, f"the model has no hook {hook!r}")
         return hook
-
-
-def _layer(hook: str) -> int | None:
-    """The block number of a TransformerLens hook name (``blocks.12.hook_resid_post``)."""
-    match = re.match(r"blocks\.(\d+)\.", hook)
-    return int(match.group(1)) if match else None
 
 
 def _remember(cache: OrderedDict, key, value, size: int = CACHED_SETS) -> None:
