@@ -61,28 +61,37 @@ EXAMPLE_TEMPERATURE = 0.8
 # chat+plain examples tried and no better), as a fraction of depth, and the strengths in
 # typical residual norms (0.25-0.5 tried; 0.3 gave 44% at +1.02; 1.0 wrecks the text).
 CONCEPT_DEPTH = 0.41
-# A vector from texts (the mean over their content tokens; measured with the model's own answers
-# about each dev concept): every position alike, 0.25 steered 33% at +0.71 nat; with
-# PROMPT_MULTIPLIER (seventh session) 0.2 / 0.25 steered 36% / 44% at +0.81 / +1.03.
-VECTOR_STRENGTH = 0.2
-# The recommended strengths go with the request's ``prompt_multiplier`` = PROMPT_MULTIPLIER:
-# the prompt's positions pushed twice as hard as the generated tokens (seventh session, same
-# dev half, concept vectors at layer 12): 0.6 on the prompt and 0.3 on generated tokens steered
-# 55% at +0.93 nat, against 46% at +0.89 at 0.35 everywhere. In chat the pushed request sets
-# the topic (the prompt alone at 0.5: 65% of chat pairs at +0.77), while a completion prompt is
-# a few tokens and needs the push on what is generated (the prompt alone: 2%).
+# The recommended ``prompt_multiplier``: the prompt's positions pushed twice as hard as the
+# generated tokens (seventh session, same dev half, concept vectors at layer 12): 0.6 on the
+# prompt and 0.3 on generated tokens steered 55% at +0.93 nat, against 46% at +0.89 at 0.35
+# everywhere. In chat the pushed request sets the topic (the prompt alone at 0.5: 65% of chat
+# pairs at +0.77), while a completion prompt is a few tokens and needs the push on what is
+# generated (the prompt alone: 2%).
 PROMPT_MULTIPLIER = 2.0
-# A concept name's request direction (fourth session, same dev half, layer 12, every position
-# alike): 0.35 typical norms steered 46% at +0.89 nat against the answers' direction's 33% at
-# +0.71 (and 39% at +1.01 at 0.3); 0.4 gave 53% at +1.08, over the 1-nat budget; layers 9
-# and 15 did worse (30% and 36% at 0.4). With PROMPT_MULTIPLIER (seventh session): 0.3.
-REQUEST_STRENGTH = 0.3
-# A concept-search feature (seventh session, same dev half, the best match over the five
-# shipped SAEs, with PROMPT_MULTIPLIER): 0.2 / 0.225 / 0.25 / 0.275 / 0.3 typical norms steered
-# 22.9% / 28.1% / 26.0% / 40.6% / 39.6% at +0.60 / +0.69 / +0.97 / +1.08 / +1.19 nat: 0.25 is
-# the strongest under the 1-nat budget (every position alike, the fifth session's 0.4: 32.3%
-# at +1.01; success is noisy from step to step, the two settings are level at 1 nat).
-FEATURE_STRENGTH = 0.25
+
+
+@dataclass(frozen=True)
+class Shares:
+    """Recommended strengths in typical norms at one ``prompt_multiplier``: each the strongest
+    that stayed under the 1-nat fluency budget on the dev half of the steering benchmark."""
+
+    request: float  # a concept name's request direction
+    texts: float  # a vector from texts (the mean over their content tokens)
+    feature: float  # a concept-search feature
+
+
+# Keyed by the prompt multiplier they were measured with: an engine that can only steer every
+# position alike (a remote server) recommends the x1 strengths, the local engine the x2 ones.
+# x1 (fourth and fifth sessions, every position alike): request 0.35 steered 46% at +0.89 nat
+# (0.3: 39% at +1.01; 0.4: 53% at +1.08, over budget; layers 9 and 15 did worse); texts 0.25:
+# 33% at +0.71; features 0.4 (best match over the five SAEs): 32.3% at +1.01.
+# x2 (seventh session): request 0.3 (55.2% at +0.93); texts 0.2 / 0.25: 36% / 44% at +0.81 /
+# +1.03; features 0.2 / 0.225 / 0.25 / 0.275 / 0.3: 22.9% / 28.1% / 26.0% / 40.6% / 39.6% at
+# +0.60 / +0.69 / +0.97 / +1.08 / +1.19 (success moves +-7 points between ladder steps).
+SHARES = {
+    1.0: Shares(request=0.35, texts=0.25, feature=0.4),
+    PROMPT_MULTIPLIER: Shares(request=0.3, texts=0.2, feature=0.25),
+}
 
 Prompt = str | Sequence[dict]
 
@@ -343,8 +352,14 @@ class Concepts:
         ]
 
     # -- the public tools ------------------------------------------------------------------
+    def shares(self) -> Shares:
+        """The recommended strengths measured with the engine's recommended prompt multiplier
+        (the nearest one measured, for an engine that recommends another)."""
+        pm = self.engine.default_prompt_multiplier()
+        return SHARES[min(SHARES, key=lambda m: abs(m - pm))]
+
     def feature_strength(self, hook: str) -> float:
-        return round(FEATURE_STRENGTH * self.typical_norm(hook), 2)
+        return round(self.shares().feature * self.typical_norm(hook), 2)
 
     def default_hook(self) -> str:
         n = self.engine.model.runtime.cfg.n_layers
@@ -359,7 +374,7 @@ class Concepts:
         d = direction(self.means(pos, [hook], rows)[hook], self.means(neg, [hook], rows)[hook])
         if not torch.isfinite(d).all() or float(d.norm()) == 0.0:
             raise RequestError("positive", "does not differ from the negative examples")
-        share = REQUEST_STRENGTH if rows == "request" else VECTOR_STRENGTH
+        share = self.shares().request if rows == "request" else self.shares().texts
         return Vector(d / d.norm(), hook, round(share * self.typical_norm(hook), 2))
 
     def search(self, query: str, sources=None, n: int = 10, examples=None) -> FeatureMatches:

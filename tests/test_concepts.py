@@ -49,7 +49,7 @@ def test_concept_vector_is_the_difference_in_means(engine):
     expected = _manual_means(engine, POS).mean(0) - _manual_means(engine, NEG).mean(0)
     assert torch.allclose(vec.vector, expected / expected.norm(), atol=1e-5)
     assert vec.strength == pytest.approx(
-        concepts.VECTOR_STRENGTH * engine.typical_norm(HOOK), abs=0.01
+        concepts.SHARES[concepts.PROMPT_MULTIPLIER].texts * engine.typical_norm(HOOK), abs=0.01
     )
     assert engine.typical_norm(HOOK) > 0
 
@@ -88,7 +88,7 @@ def test_a_concept_name_contrasts_requests_about_it_with_requests_about_other_su
     ).mean(0)
     assert torch.allclose(vec.vector, expected / expected.norm(), atol=1e-5)
     assert vec.strength == pytest.approx(
-        concepts.REQUEST_STRENGTH * engine.typical_norm(hook), abs=0.01
+        concepts.SHARES[concepts.PROMPT_MULTIPLIER].request * engine.typical_norm(hook), abs=0.01
     )
     assert list(engine.concepts._examples) == sampled_before  # nothing was written
     with pytest.raises(sw.RequestError) as err:
@@ -103,7 +103,7 @@ def test_a_concept_name_with_own_negatives_uses_the_models_own_examples(engine):
     expected = _manual_means(engine, written).mean(0) - _manual_means(engine, NEG).mean(0)
     assert torch.allclose(vec.vector, expected / expected.norm(), atol=1e-5)
     assert vec.strength == pytest.approx(
-        concepts.VECTOR_STRENGTH * engine.typical_norm(HOOK), abs=0.01
+        concepts.SHARES[concepts.PROMPT_MULTIPLIER].texts * engine.typical_norm(HOOK), abs=0.01
     )
 
 

@@ -328,3 +328,19 @@ def test_a_server_killed_mid_stream_loses_nothing_already_streamed(tmp_path):
         assert "unreachable" in ex.status or "no answer" in ex.status, ex.status
     finally:
         server.stop()
+
+
+def test_remote_recommends_the_strengths_measured_without_a_prompt_multiplier(
+    remote, engine, sources
+):
+    """The server steers every position alike, so its recommended strengths are the ones
+    measured that way (x1), not the local engine's (measured with the prompt pushed x2)."""
+    from steer_widgets.concepts import SHARES
+
+    hook = engine.saes.config(sources[1]).hook_name
+    norm = remote.typical_norm(hook)
+    assert norm == pytest.approx(engine.typical_norm(hook), rel=1e-3)
+    assert remote.default_strength(sources[1]) == round(SHARES[1.0].feature * norm, 2)
+    local = engine.default_strength(sources[1])
+    assert local == round(SHARES[engine.default_prompt_multiplier()].feature * norm, 2)
+    assert remote.default_strength(sources[1]) > local
