@@ -10,6 +10,10 @@ and fluency delta per configuration and prompt kind (the steer_efficacy scoring)
 half is never read here::
 
     HF_HUB_OFFLINE=1 .venv/bin/python scripts/tune_prompt_multiplier.py --out /tmp/pm.json
+
+``--ladders eighth`` runs the eighth session's ladders instead (README, "Steering efficacy"):
+request-direction pairs that would suit one prompt kind, the request direction read in
+plain-text format, and the request and answers' directions summed, against the default.
 """
 
 from __future__ import annotations
@@ -25,32 +29,48 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 # (strength on generated tokens in typical norms, prompt_multiplier) per kind of direction
-LADDERS = {
+SEVENTH = {
     "request": [(0.35, 1.0), (0.4, 1.0), (0.25, 2.0), (0.3, 2.0), (0.35, 2.0), (0.5, 0.0)],
     "answers": [(0.25, 1.0), (0.3, 1.0), (0.2, 2.0), (0.25, 2.0)],
     "feature": [(0.4, 1.0), (0.2, 2.0), (0.225, 2.0), (0.25, 2.0), (0.275, 2.0), (0.3, 2.0)],
 }
+EIGHTH = {  # the prompt's push is share * multiplier: 0.6 typical norms unless stated
+    "request": [(0.3, 2.0), (0.1, 6.0), (0.2, 3.0), (0.4, 1.5), (0.4, 2.0), (0.5, 1.2)],
+    "plain": [(0.3, 2.0), (0.4, 1.5), (0.5, 1.2)],
+    "sum": [(0.2, 2.0), (0.225, 2.0), (0.25, 2.0), (0.275, 2.0), (0.3, 2.0)],
+}
+LADDERS = {"seventh": SEVENTH, "eighth": EIGHTH}
 
 
-def directions(engine, name: str) -> dict:
+def directions(engine, name: str, kinds) -> dict:
     """Each kind's unit direction and hook for one concept."""
+    from steer_widgets.concepts import example_prompts, request_baseline
+
     req = engine.concept_vector(name)
-    ans = engine.concept_vector(engine.concepts.examples(name))
-    best = engine.search_features(name, sources=engine.saes.sources(), n=1)[0]  # all five
-    return {
-        "request": ("vectors", req.vector, req.hook),
-        "answers": ("vectors", ans.vector, ans.hook),
-        "feature": ("features", best, engine.saes.config(best.source).hook_name),
-    }
+    out = {"request": ("vectors", req.vector, req.hook)}
+    if "answers" in kinds or "sum" in kinds:
+        ans = engine.concept_vector(engine.concepts.examples(name))
+        out["answers"] = ("vectors", ans.vector, ans.hook)
+        both = req.vector + ans.vector
+        out["sum"] = ("vectors", both / both.norm(), req.hook)
+    if "plain" in kinds:  # plain text has no special tokens: content rows are request rows
+        plain = engine.concept_vector(
+            example_prompts(name, chat=False), request_baseline(name, chat=False), req.hook
+        )
+        out["plain"] = ("vectors", plain.vector, req.hook)
+    if "feature" in kinds:
+        best = engine.search_features(name, sources=engine.saes.sources(), n=1)[0]  # all five
+        out["feature"] = ("features", best, engine.saes.config(best.source).hook_name)
+    return {k: out[k] for k in kinds}
 
 
-def configs(engine, name: str) -> dict:
+def configs(engine, name: str, ladders: dict) -> dict:
     import steer_widgets as sw
 
     out = {}
-    for kind, (field, what, hook) in directions(engine, name).items():
+    for kind, (field, what, hook) in directions(engine, name, list(ladders)).items():
         norm = engine.typical_norm(hook)
-        for share, pm in LADDERS[kind]:
+        for share, pm in ladders[kind]:
             s = round(share * norm, 4)
             if field == "features":
                 item = sw.Feature(what.source, what.index, s)
@@ -68,6 +88,7 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--limit", type=int, default=None, help="first N dev concepts")
+    p.add_argument("--ladders", choices=sorted(LADDERS), default="seventh")
     args = p.parse_args(argv)
     data = json.loads(bench.DATA.read_text())
     engine = sw.Engine.default()
@@ -76,7 +97,7 @@ def main(argv=None) -> None:
     for name in data["split"]["dev"][: args.limit]:
         if name in done:
             continue
-        forms, batch = data["concepts"][name], configs(engine, name)
+        forms, batch = data["concepts"][name], configs(engine, name, LADDERS[args.ladders])
         for pr in data["prompts"]:
             default = engine.generate(pr["prompt"], temperature=0.0, n_completion_tokens=32)
             d_nll = bench.mean_nll(engine, pr["prompt"], default.token_ids)
