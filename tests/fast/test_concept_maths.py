@@ -85,3 +85,20 @@ def test_remember_keeps_the_most_recently_used():
     cache.move_to_end("b")
     concepts._remember(cache, "d", "D", size=2)
     assert list(cache) == ["b", "d"]
+
+
+def test_recommended_strengths_follow_the_engines_prompt_multiplier():
+    """Each recommendation belongs to the multiplier it was measured with; an engine that
+    recommends another multiplier gets the nearest measured one's."""
+    shares, x2 = concepts.SHARES, concepts.PROMPT_MULTIPLIER
+
+    class FakeEngine:
+        def __init__(self, pm: float) -> None:
+            self.pm = pm
+
+        def default_prompt_multiplier(self) -> float:
+            return self.pm
+
+    assert shares[1.0] != shares[x2]
+    for pm, want in ((1.0, 1.0), (x2, x2), (1.2, 1.0), (4.0, x2)):
+        assert concepts.Concepts(FakeEngine(pm)).shares() == shares[want]
