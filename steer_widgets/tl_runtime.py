@@ -2,9 +2,10 @@
 
 The fast runtime (``transformer.py``) covers the architectures SAE users study most; this one
 runs everything else TransformerLens supports, at TransformerLens' speed. We cannot
-choose its kernels, so batched rows are made exact the other way: every decode step runs at
-one fixed batch size (``DECODE_ROWS``, unused rows are padding), so a row's arithmetic never
-depends on how many real rows there are; prefill runs one row at a time.
+choose its kernels, so rows are made exact the plain way: each row runs alone, prefill and
+every decode step, on its own cache. A fixed padded batch is not enough: on some CPUs (AMD
+EPYC with AVX-512, eighth session) a row's logits depend on its position in the batch, so a
+sweep row at position 1 differed from its solo run at position 0 in the sixth decimal.
 """
 
 from __future__ import annotations
@@ -18,8 +19,6 @@ from torch import Tensor
 
 from .runtime import HOOK_KINDS
 
-DECODE_ROWS = 8
-
 
 @dataclass(frozen=True)
 class RuntimeConfig:
@@ -30,37 +29,18 @@ class RuntimeConfig:
 
 
 class RowCaches:
-    """Per-row TransformerLens caches for prefill, merged into one padded batch to decode."""
+    """One TransformerLens cache per row: each row prefills and decodes alone."""
 
     def __init__(self, model, rows: int, length: int) -> None:
         from transformer_lens import TransformerLensKeyValueCache
 
-        if rows > DECODE_ROWS:
-            raise ValueError(f"the TransformerLens runtime decodes at most {DECODE_ROWS} rows")
-        self.model, self.rows, self.capacity = model, rows, length
+        self.rows, self.capacity = rows, length
         make = TransformerLensKeyValueCache.init_cache
         self.per_row = [make(model.cfg, model.cfg.device, 1) for _ in range(rows)]
-        self.batched = None
         self.length = 0
 
     def view(self, row: int) -> _RowView:
         return _RowView(self, row)
-
-    def merged(self):
-        """One cache of ``DECODE_ROWS`` rows: the real rows, then copies of row 0 as padding."""
-        if self.batched is None:
-            from transformer_lens import TransformerLensKeyValueCache
-
-            rows = self.per_row + [self.per_row[0]] * (DECODE_ROWS - self.rows)
-            batched = TransformerLensKeyValueCache.init_cache(
-                self.model.cfg, self.model.cfg.device, DECODE_ROWS
-            )
-            for i, entry in enumerate(batched.entries):
-                entry.past_keys = torch.cat([r.entries[i].past_keys for r in rows])
-                entry.past_values = torch.cat([r.entries[i].past_values for r in rows])
-            batched.previous_attention_mask = torch.cat([r.previous_attention_mask for r in rows])
-            self.batched = batched
-        return self.batched
 
 
 @dataclass
@@ -83,8 +63,7 @@ class TransformerLensRuntime:
         self.cfg = RuntimeConfig(cfg.n_layers, cfg.d_model, cfg.d_vocab, cfg.n_ctx)
         self.device = torch.device(cfg.device or "cpu")
         self.layer_devices = [self.device] * cfg.n_layers
-        self.row_groups = {"decode_rows": DECODE_ROWS}
-        self.max_rows = DECODE_ROWS  # checked by request validation, before any work
+        self.row_groups = {"decode_rows": 1}
         self._lock = threading.Lock()
         self.unembed_weight = model.W_U.T  # [vocab, d_model]
         self._z_width = cfg.n_heads * cfg.d_head
@@ -114,24 +93,45 @@ class TransformerLensRuntime:
         stop_at_layer: int | None = None,
         last_only: bool = False,
     ) -> Tensor:
-        """Same contract as ``Runtime.forward``; a decode step on ``RowCaches`` is padded to
-        ``DECODE_ROWS`` rows and the padding is dropped from the logits."""
+        """Same contract as ``Runtime.forward``; a decode step on ``RowCaches`` runs each row
+        alone on its own cache."""
         start = cache.length if cache is not None else 0
-        fwd_hooks = [(n, _adapt(fn, start)) for n, fn in (hooks or {}).items()]
+        if isinstance(cache, RowCaches):
+            return self._decode_rows(tokens, cache, hooks or {}, start, last_only)
         kwargs = {"stop_at_layer": stop_at_layer} if stop_at_layer is not None else {}
-        rows = tokens.shape[0]
         if isinstance(cache, _RowView):
             kwargs["past_kv_cache"] = cache.caches.per_row[cache.row]
-        elif isinstance(cache, RowCaches):
-            kwargs["past_kv_cache"] = cache.merged()
-            pad = tokens[:1].expand(DECODE_ROWS - rows, -1)
-            tokens = torch.cat([tokens, pad])
-        with self._lock:  # run_with_hooks registers hooks on the shared module
-            out = self.tl.run_with_hooks(tokens.to(self.device), fwd_hooks=fwd_hooks, **kwargs)
+        out = self._run(tokens, [(n, _adapt(fn, start)) for n, fn in (hooks or {}).items()], kwargs)
         if cache is not None:
             cache.length = start + tokens.shape[1]
-        out = out[:rows]
         return out[:, -1:] if last_only and stop_at_layer is None else out
+
+    def _decode_rows(self, tokens, cache: RowCaches, hooks: Mapping, start: int, last_only: bool):
+        """One decode step, row by row; each row's hooks see it where the batched hooks expect
+        it (row ``r`` of ``rows``), so the engine's hooks need not know."""
+        rows, outs = tokens.shape[0], []
+        for r in range(rows):
+            fwd = [(n, _adapt(_one_row(fn, r, rows), start)) for n, fn in hooks.items()]
+            outs.append(self._run(tokens[r : r + 1], fwd, {"past_kv_cache": cache.per_row[r]}))
+        cache.length = start + tokens.shape[1]
+        out = torch.cat(outs)
+        return out[:, -1:] if last_only else out
+
+    def _run(self, tokens: Tensor, fwd_hooks: list, kwargs: dict) -> Tensor:
+        with self._lock:  # run_with_hooks registers hooks on the shared module
+            return self.tl.run_with_hooks(tokens.to(self.device), fwd_hooks=fwd_hooks, **kwargs)
+
+
+def _one_row(fn, row: int, rows: int):
+    """``fn`` (a hook over a batch of ``rows``) applied to one row's activation [1, ...]."""
+
+    def hook(x: Tensor, start: int) -> Tensor:
+        full = x.new_zeros((rows, *x.shape[1:]))
+        full[row : row + 1] = x
+        out = fn(full, start)
+        return (full if out is None else out)[row : row + 1]
+
+    return hook
 
 
 def _adapt(fn, start: int):
