@@ -84,7 +84,9 @@ class Shares:
 # position alike (a remote server) recommends the x1 strengths, the local engine the x2 ones.
 # x1 (fourth and fifth sessions, every position alike): request 0.35 steered 46% at +0.89 nat
 # (0.3: 39% at +1.01; 0.4: 53% at +1.08, over budget; layers 9 and 15 did worse); texts 0.25:
-# 33% at +0.71; features 0.4 (best match over the five SAEs): 32.3% at +1.01.
+# 33% at +0.71; features 0.4 (best match over the five SAEs): 32.3% at +1.01; with the
+# layer-12 search (eighth session) 0.3 / 0.35 / 0.4 / 0.45: 21.9 / 25.0 / 31.2 / 29.2% at
+# +0.73 / +0.89 / +1.04 / +1.31 (kept at 0.4 by the rule fixed before: no step 8 points better).
 # x2 (seventh session): request 0.3 (55.2% at +0.93); texts 0.2 / 0.25: 36% / 44% at +0.81 /
 # +1.03; features 0.2 / 0.225 / 0.25 / 0.275 / 0.3: 22.9% / 28.1% / 26.0% / 40.6% / 39.6% at
 # +0.60 / +0.69 / +0.97 / +1.08 / +1.19 (success moves +-7 points between ladder steps).
