@@ -34,7 +34,7 @@ class RowCaches:
     def __init__(self, model, rows: int, length: int) -> None:
         from transformer_lens import TransformerLensKeyValueCache
 
-        self.rows, self.capacity = rows, length
+        self.capacity = length
         make = TransformerLensKeyValueCache.init_cache
         self.per_row = [make(model.cfg, model.cfg.device, 1) for _ in range(rows)]
         self.length = 0
