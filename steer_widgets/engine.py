@@ -214,7 +214,7 @@ class Engine:
     def plan(self, request: SteerRequest) -> tuple[EncodedPrompt, Plan]:
         """Validate ``request`` against the model and SAEs and build its rows."""
         runtime = self.model.runtime
-        validate_shape(request, getattr(runtime, "max_rows", None))
+        validate_shape(request)
         prompt = self._encode(request)
         request.sampling.validate(runtime.cfg.max_context - len(prompt.ids))
         directions = resolve_directions(request, self.saes, runtime.hook_widths())

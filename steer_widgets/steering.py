@@ -264,11 +264,8 @@ def _vector_direction(i: int, v: Vector, widths: Mapping[str, int], normalize: b
     return Direction(v.hook, vec, float(v.strength), f"vectors[{i}].vector")
 
 
-def validate_shape(request: SteerRequest, max_rows: int | None = None) -> None:
-    """Every check that needs no model: each field's type and range, ``None`` included.
-
-    ``max_rows`` is the most rows the runtime decodes at once (None: no limit).
-    """
+def validate_shape(request: SteerRequest) -> None:
+    """Every check that needs no model: each field's type and range, ``None`` included."""
     if not isinstance(request, SteerRequest):
         raise RequestError("request", f"must be a SteerRequest or a record dict, got {request!r}")
     check_prompt(request.prompt)
@@ -293,9 +290,6 @@ def validate_shape(request: SteerRequest, max_rows: int | None = None) -> None:
     steers = "STEERED" in types or request.sweep
     if steers and not (request.features or request.vectors):
         raise RequestError("features", "STEERED needs at least one feature or vector")
-    n_rows = len(types) + len(request.sweep)
-    if max_rows is not None and n_rows > max_rows:
-        raise RequestError("sweep", f"asks for {n_rows} rows; this runtime decodes {max_rows}")
 
 
 def _check_features(features) -> None:

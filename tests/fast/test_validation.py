@@ -110,15 +110,6 @@ def test_good_request_and_edge_values_pass():
     validate_shape(BASE.with_(features=[], types=("DEFAULT",)))
 
 
-def test_runtime_row_limit_is_checked_before_work():
-    many = BASE.with_(sweep=tuple(range(2, 9)))  # DEFAULT + STEERED + 7 = 9 rows
-    validate_shape(many)  # no limit on the fast runtime
-    with pytest.raises(sw.RequestError) as info:
-        validate_shape(many, max_rows=8)
-    assert info.value.field == "sweep" and "8" in info.value.problem
-    validate_shape(many.with_(sweep=tuple(range(2, 8))), max_rows=8)
-
-
 def test_not_a_request():
     for bad in (None, "Hello", 5):
         with pytest.raises(sw.RequestError) as info:
