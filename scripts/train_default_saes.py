@@ -78,6 +78,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--train-tokens", type=int, default=300_000, help="cached training tokens")
     p.add_argument("--heldout-tokens", type=int, default=20_000)
     p.add_argument("--d-sae", type=int, default=4096)
+    p.add_argument("--variant", default="", help="name tag for other training data, e.g. chat")
     p.add_argument("--k", type=int, default=32)
     p.add_argument("--batch-size", type=int, default=4096)
     p.add_argument("--epochs", type=int, default=4)
@@ -108,8 +109,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def source_name(layer: int, d_sae: int = 4096) -> str:
-    return f"{layer}-smollm2-res-{d_sae // 1024}k"
+def source_name(layer: int, d_sae: int = 4096, variant: str = "") -> str:
+    """``12-smollm2-res-8k``; a ``variant`` tells apart SAEs of one layer and width trained on
+    other data (``12-smollm2-chat-res-8k``)."""
+    return f"{layer}-smollm2-{variant + '-' if variant else ''}res-{d_sae // 1024}k"
+
+
+def sae_name(args, layer: int) -> str:
+    return source_name(layer, args.d_sae, args.variant)
 
 
 def hook_name(layer: int) -> str:
@@ -563,7 +570,7 @@ def export_layer(args, layer: int, final: Path, heldout: torch.Tensor) -> dict:
         rescale_acts_by_decoder_norm=False,
         metadata=meta,
     )
-    out = args.out_dir / source_name(layer, args.d_sae)
+    out = args.out_dir / sae_name(args, layer)
     out.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().to(torch.float16).contiguous() for k, v in sae.state_dict().items()}
     assert set(state) == {"W_enc", "b_enc", "W_dec", "b_dec"}, set(state)
@@ -638,7 +645,7 @@ def evaluate_layer(args, model, layer: int, heldout_acts: torch.Tensor, ids, bas
     if path.exists():
         return json.loads(path.read_text())
     t0 = time.time()
-    sae = SAE.load_from_disk(args.out_dir / source_name(layer, args.d_sae), dtype="float32")
+    sae = SAE.load_from_disk(args.out_dir / sae_name(args, layer), dtype="float32")
     done = json.loads((args.work_dir / "train" / f"L{layer}" / "final" / "done.json").read_text())
     thr = done["outlier_threshold"]
     acc = {k: [0.0, torch.zeros(D_MODEL, dtype=torch.float64), 0.0, 0] for k in ("all", "typ")}
@@ -687,14 +694,14 @@ def build_index(args, model, layer: int, data, heldout_acts: torch.Tensor) -> di
 
     from steer_widgets.feature_index import feature_label, final_norm_weight, logit_lens
 
-    out_path = args.out_dir / source_name(layer, args.d_sae) / "feature_index.json.gz"
+    out_path = args.out_dir / sae_name(args, layer) / "feature_index.json.gz"
     marker = args.work_dir / f"index_L{layer}.json"
     if marker.exists() and out_path.exists():
         return json.loads(marker.read_text())
     t0 = time.time()
     tok = model.tokenizer.hf
     L, T = args.seq_len, args.seq_len - 1
-    sae = SAE.load_from_disk(args.out_dir / source_name(layer, args.d_sae), dtype="float32")
+    sae = SAE.load_from_disk(args.out_dir / sae_name(args, layer), dtype="float32")
     n_tr = min(args.index_train_seqs, data["train_ids"].shape[0])
     train_acts = torch.from_numpy(
         np.load(cache_paths(args, "train", layer), mmap_mode="r")[: n_tr * T].copy()
@@ -767,7 +774,7 @@ def build_index(args, model, layer: int, data, heldout_acts: torch.Tensor) -> di
         )
         feats[-1]["label"] = feature_label(feats[-1]["contexts"], feats[-1]["top_tokens"])
     index = {
-        "source": source_name(layer, args.d_sae),
+        "source": sae_name(args, layer),
         "hook_name": hook_name(layer),
         "n_tokens_scanned": n_tok,
         "scanned_from": {
@@ -824,7 +831,7 @@ def write_reports(args, data, evals, exports, indexes, timings: Timings) -> None
             evals[layer],
             json.loads((args.work_dir / "train" / f"L{layer}" / "final" / "done.json").read_text()),
         )
-        quality["sources"][source_name(layer, args.d_sae)] = {
+        quality["sources"][sae_name(args, layer)] = {
             "hook_name": hook_name(layer),
             "d_sae": args.d_sae,
             "k": args.k,
@@ -850,7 +857,7 @@ def write_reports(args, data, evals, exports, indexes, timings: Timings) -> None
     (args.out_dir / "quality.json").write_text(json.dumps(quality, indent=2) + "\n")
 
     td = timings.data
-    names = {layer: source_name(layer, args.d_sae) for layer in args.layers}
+    names = {layer: sae_name(args, layer) for layer in args.layers}
     src = {layer: quality["sources"][name] for layer, name in names.items()}
     outl = ", ".join(
         f"L{layer}: {src[layer]['train_outlier_tokens_dropped']} "
@@ -979,7 +986,7 @@ def main(argv=None) -> None:
     exports = {}
     for layer in args.layers:
         marker = args.work_dir / f"export_L{layer}.json"
-        out = args.out_dir / source_name(layer, args.d_sae)
+        out = args.out_dir / sae_name(args, layer)
         if marker.exists() and (out / "sae_weights.safetensors").exists():
             exports[layer] = json.loads(marker.read_text())["check"]
             continue
@@ -1015,7 +1022,7 @@ def main(argv=None) -> None:
         indexes[layer] = build_index(args, model, layer, data, held)
     timings.set("index_s", sum(i["index_s"] for i in indexes.values()))
     write_reports(args, data, evals, exports, indexes, timings)
-    fves = {source_name(k, args.d_sae): round(v["fve"], 3) for k, v in evals.items()}
+    fves = {sae_name(args, k): round(v["fve"], 3) for k, v in evals.items()}
     log("done: " + json.dumps(fves))
 
 
