@@ -96,26 +96,27 @@ class TransformerLensRuntime:
         """Same contract as ``Runtime.forward``; a decode step on ``RowCaches`` runs each row
         alone on its own cache."""
         start = cache.length if cache is not None else 0
-        if isinstance(cache, RowCaches):
-            return self._decode_rows(tokens, cache, hooks or {}, start, last_only)
         kwargs = {"stop_at_layer": stop_at_layer} if stop_at_layer is not None else {}
-        if isinstance(cache, _RowView):
-            kwargs["past_kv_cache"] = cache.caches.per_row[cache.row]
-        out = self._run(tokens, [(n, _adapt(fn, start)) for n, fn in (hooks or {}).items()], kwargs)
+        if isinstance(cache, RowCaches):
+            out = self._decode_rows(tokens, cache, hooks or {}, start, kwargs)
+        else:
+            if isinstance(cache, _RowView):
+                kwargs["past_kv_cache"] = cache.caches.per_row[cache.row]
+            fwd_hooks = [(n, _adapt(fn, start)) for n, fn in (hooks or {}).items()]
+            out = self._run(tokens, fwd_hooks, kwargs)
         if cache is not None:
             cache.length = start + tokens.shape[1]
         return out[:, -1:] if last_only and stop_at_layer is None else out
 
-    def _decode_rows(self, tokens, cache: RowCaches, hooks: Mapping, start: int, last_only: bool):
+    def _decode_rows(self, tokens, cache: RowCaches, hooks: Mapping, start: int, kwargs: dict):
         """One decode step, row by row; each row's hooks see it where the batched hooks expect
         it (row ``r`` of ``rows``), so the engine's hooks need not know."""
         rows, outs = tokens.shape[0], []
         for r in range(rows):
             fwd = [(n, _adapt(_one_row(fn, r, rows), start)) for n, fn in hooks.items()]
-            outs.append(self._run(tokens[r : r + 1], fwd, {"past_kv_cache": cache.per_row[r]}))
-        cache.length = start + tokens.shape[1]
-        out = torch.cat(outs)
-        return out[:, -1:] if last_only else out
+            row_kwargs = {**kwargs, "past_kv_cache": cache.per_row[r]}
+            outs.append(self._run(tokens[r : r + 1], fwd, row_kwargs))
+        return torch.cat(outs)
 
     def _run(self, tokens: Tensor, fwd_hooks: list, kwargs: dict) -> Tensor:
         with self._lock:  # run_with_hooks registers hooks on the shared module
