@@ -37,7 +37,7 @@ CANDIDATES = [
      ("cook", "culinar", "kitchen", "recipe"),
      "a cat story, steered toward cooking"),  # left out with prompt x2: cinnamon, not cooking
     ("technology-day", "technology", "Tell me about your day.", ("tech", "computer", "digital"),
-     "a plain day, steered toward technology"),  # back with prompt x2 (seventh session)
+     "a plain day, steered toward technology"),  # back with prompt x2 (2026-12-01)
     ("coffee-morning", "coffee", "Give me some advice for a good morning.", ("coffee", "latte"),
      "morning advice, steered toward coffee"),
 ]  # fmt: skip

@@ -55,14 +55,14 @@ SAMPLES_PER_TEMPLATE = 3
 EXAMPLE_TOKENS = 40
 EXAMPLE_TEMPERATURE = 0.8
 # Measured on the dev half of benchmarks/data/steer_concepts.json with scripts/tune_steering.py
-# (README, "Steering efficacy"): with contrast-set negatives, the layer where concept vectors
+# (docs/steering-efficacy.md): with contrast-set negatives, the layer where concept vectors
 # steered best at a fluency cost under 1 nat (layer 12 of SmolLM2's 30, 40% success at +0.70
 # nat on 12 dev concepts; layers 6-14, several layers at once, 8 samples per request and
 # chat+plain examples tried and no better), as a fraction of depth, and the strengths in
 # typical residual norms (0.25-0.5 tried; 0.3 gave 44% at +1.02; 1.0 wrecks the text).
 CONCEPT_DEPTH = 0.41
 # The recommended ``prompt_multiplier``: the prompt's positions pushed twice as hard as the
-# generated tokens (seventh session, same dev half, concept vectors at layer 12): 0.6 on the
+# generated tokens (2026-12-01, 3fea35f; same dev half, concept vectors at layer 12): 0.6 on the
 # prompt and 0.3 on generated tokens steered 55% at +0.93 nat, against 46% at +0.89 at 0.35
 # everywhere. In chat the pushed request sets the topic (the prompt alone at 0.5: 65% of chat
 # pairs at +0.77), while a completion prompt is a few tokens and needs the push on what is
@@ -82,12 +82,12 @@ class Shares:
 
 # Keyed by the prompt multiplier they were measured with: an engine that can only steer every
 # position alike (a remote server) recommends the x1 strengths, the local engine the x2 ones.
-# x1 (fourth and fifth sessions, every position alike): request 0.35 steered 46% at +0.89 nat
+# x1 (2026-11-30, every position alike): request 0.35 steered 46% at +0.89 nat
 # (0.3: 39% at +1.01; 0.4: 53% at +1.08, over budget; layers 9 and 15 did worse); texts 0.25:
 # 33% at +0.71; features 0.4 (best match over the five SAEs): 32.3% at +1.01; with the
-# layer-12 search (eighth session) 0.3 / 0.35 / 0.4 / 0.45: 21.9 / 25.0 / 31.2 / 29.2% at
+# layer-12 search (2026-12-01, df1b88f) 0.3 / 0.35 / 0.4 / 0.45: 21.9 / 25.0 / 31.2 / 29.2% at
 # +0.73 / +0.89 / +1.04 / +1.31 (kept at 0.4 by the rule fixed before: no step 8 points better).
-# x2 (seventh session): request 0.3 (55.2% at +0.93); texts 0.2 / 0.25: 36% / 44% at +0.81 /
+# x2 (2026-12-01, 3fea35f): request 0.3 (55.2% at +0.93); texts 0.2 / 0.25: 36% / 44% at +0.81 /
 # +1.03; features 0.2 / 0.225 / 0.25 / 0.275 / 0.3: 22.9% / 28.1% / 26.0% / 40.6% / 39.6% at
 # +0.60 / +0.69 / +0.97 / +1.08 / +1.19 (success moves +-7 points between ladder steps).
 SHARES = {
@@ -331,7 +331,7 @@ class Concepts:
 
     def default_sources(self) -> list[str]:
         """The whole-hook SAEs nearest the concept layer, where steering works. Cosines are not
-        comparable across layers: on the dev half (seventh session) the best match over all
+        comparable across layers: on the dev half (2026-12-01, 0a2c579) the best match over all
         five shipped SAEs took layer 5 for 5 of 24 concepts (its rows align better and steer
         worse) and steered 26.0% at +0.97 nat, the best over the two layer-12 SAEs 34.4% at
         +0.87. SAEs at hooks without a layer number count only when no other is registered."""

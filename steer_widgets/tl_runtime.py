@@ -4,7 +4,7 @@ The fast runtime (``transformer.py``) covers the architectures SAE users study m
 runs everything else TransformerLens supports, at TransformerLens' speed. We cannot
 choose its kernels, so rows are made exact the plain way: each row runs alone, prefill and
 every decode step, on its own cache. A fixed padded batch is not enough: on some CPUs (AMD
-EPYC with AVX-512, eighth session) a row's logits depend on its position in the batch, so a
+EPYC with AVX-512, measured 2026-12-01) a row's logits depend on its position in the batch, so a
 sweep row at position 1 differed from its solo run at position 0 in the sixth decimal.
 """
 
