@@ -13,6 +13,12 @@ from .sae_store import SAEStore
 from .steering import METHODS, TYPES, Feature, SteerRequest, Vector
 from .version import __version__
 
+try:  # Engine.remote: the remote engine declares itself to Engine (it subclasses it)
+    from . import remote as _remote  # noqa: F401
+except ModuleNotFoundError as err:  # the remote extra (httpx) is not installed
+    if err.name != "httpx":
+        raise
+
 __all__ = [
     "__version__",
     "DEFAULT_MODEL",

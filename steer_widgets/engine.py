@@ -25,7 +25,7 @@ from .feature_index import FeatureIndex
 from .generation import Row, Sampling, decode
 from .hook_view import centres_writes
 from .model import DEFAULT_MODEL, LoadedModel, load_model
-from .results import Completion, Frame, SteerResult
+from .results import Completion, Frame, SteerResult, as_request, ordered
 from .sae_store import DEFAULT_BUDGET, SAEStore
 from .steering import (
     Plan,
@@ -40,6 +40,7 @@ from .tokens import EncodedPrompt
 DEFAULT_CACHE_SIZE = 32
 _default_engine: Engine | None = None
 _default_lock = threading.Lock()
+_KINDS: dict[str, type[Engine]] = {}  # filled by subclasses declared with kind= (remote.py)
 
 
 class Engine:
@@ -90,13 +91,22 @@ class Engine:
                 _default_engine = cls()
             return _default_engine
 
+    def __init_subclass__(cls, kind: str | None = None, **options) -> None:
+        """A subclass declared with ``kind=`` is what ``Engine.<kind>(...)`` builds: the
+        remote engine subclasses this one, so this module may not import it back."""
+        super().__init_subclass__(**options)
+        if kind is not None:
+            _KINDS[kind] = cls
+
     @classmethod
     def remote(cls, url: str, token: str | None = None, saes=None, **options) -> Engine:
         """The same API over an interp-engine server (a model bigger than this machine);
         ``token`` defaults to $INTERP_ENGINE_SERVER_TOKEN. See ``remote.py``."""
-        from .remote import RemoteEngine
-
-        return RemoteEngine(url, token, saes, **options)
+        if "remote" not in _KINDS:
+            raise RequestError(
+                "url", "a remote engine needs the remote extra: pip install 'steer_widgets[remote]'"
+            )
+        return _KINDS["remote"](url, token, saes, **options)
 
     @property
     def tokenizer(self):
@@ -111,7 +121,7 @@ class Engine:
         self, request: SteerRequest | Mapping, cancel: threading.Event | None = None
     ) -> SteerResult:
         """Run a request (or replay a record from ``SteerResult.to_dict()``) to the end."""
-        request = _as_request(request)
+        request = as_request(request)
         started = time.perf_counter()
         prompt, plan = self.plan(request)  # raises before any work
         frame = None
@@ -130,7 +140,7 @@ class Engine:
         requested alone with the same seed. A DEFAULT already computed for this prompt and
         these sampling settings is reused, not regenerated.
         """
-        request = _as_request(request)
+        request = as_request(request)
         prompt, plan = self.plan(request)  # raises before any work
         return self._stream(request, prompt, plan, cancel or threading.Event())
 
@@ -162,7 +172,7 @@ class Engine:
         features to compare), decoded in one batch; each output equals its solo run."""
         if not isinstance(requests, Mapping) or not requests:
             raise RequestError("requests", "must be a non-empty mapping of name to request")
-        reqs = {name: _as_request(r) for name, r in requests.items()}
+        reqs = {name: as_request(r) for name, r in requests.items()}
         plans = {name: self.plan(r) for name, r in reqs.items()}  # all validated first
         keys = {(p.ids, reqs[n].sampling) for n, (p, _) in plans.items()}
         if len(keys) != 1:
@@ -326,7 +336,7 @@ class Engine:
         for label in labels:
             outputs[label] = Completion("", ())
         if not rows:
-            yield Frame(_ordered(outputs, plan.labels), 0, done=True)
+            yield Frame(ordered(outputs, plan.labels), 0, done=True)
             return
         ids: list[list[int]] = [[] for _ in rows]
         probs: list[list] = [[] for _ in rows]
@@ -343,7 +353,7 @@ class Engine:
                     for r, label in enumerate(labels):
                         stop = "eos" if step_out.done[r] else ""
                         outputs[label] = self._completion(ids[r], stop, probs[r])
-                    yield Frame(_ordered(outputs, plan.labels), step)
+                    yield Frame(ordered(outputs, plan.labels), step)
         finally:
             with self._lock_state:
                 self._active.discard(cancel)
@@ -353,7 +363,7 @@ class Engine:
                 outputs[label] = self._completion(ids[r], stop, probs[r])
         if "DEFAULT" in labels and outputs["DEFAULT"].stop != "cancelled":
             self._remember_default(key, outputs["DEFAULT"])
-        yield Frame(_ordered(outputs, plan.labels), step, done=True)
+        yield Frame(ordered(outputs, plan.labels), step, done=True)
 
     def _decode_all(self, prompt_ids, rows: list[Row], sampling: Sampling) -> list[Completion]:
         """Decode ``rows`` of one prompt to the end in one batch (no streaming, no cache)."""
@@ -386,18 +396,6 @@ def _append(step, ids: list[list[int]], probs: list[list]) -> None:
         if token is not None:
             ids[r].append(token)
             probs[r].append(step.probs[r])
-
-
-def _ordered(outputs: dict[str, Completion], labels: list[str]) -> dict[str, Completion]:
-    return {label: outputs[label] for label in labels}
-
-
-def _as_request(request: SteerRequest | Mapping) -> SteerRequest:
-    if isinstance(request, SteerRequest):
-        return request
-    if isinstance(request, Mapping):
-        return SteerRequest.from_dict(request.get("request", request))
-    raise RequestError("request", f"must be a SteerRequest or a record dict, got {type(request)}")
 
 
 __all__ = ["Engine", "Sampling"]

@@ -35,11 +35,11 @@ import torch
 from torch import Tensor
 
 from . import checks
-from .engine import Engine, _as_request, _ordered
+from .engine import Engine
 from .errors import RemoteError, RemoteUnsupported, RequestError
 from .model import DEFAULT_MODEL, LoadedModel, default_model_dir
 from .remote_client import TOKEN_ENV, RemoteClient, decode_tensor, encode_tensor
-from .results import Completion, Frame, SteerResult
+from .results import Completion, Frame, SteerResult, as_request, ordered
 from .sae_store import DEFAULT_BUDGET
 from .steering import Direction, Plan, SteerRequest, resolve_directions
 from .tokens import EncodedPrompt, Tokenizer
@@ -155,7 +155,7 @@ class RemoteRuntime:
         return self._unembed
 
 
-class RemoteEngine(Engine):
+class RemoteEngine(Engine, kind="remote"):
     """``Engine`` whose model is an interp-engine server; see the module docstring.
 
     ``model`` names the model for records and for the SAEs shipped with the package (default:
@@ -269,7 +269,7 @@ class RemoteEngine(Engine):
             outputs["DEFAULT"] = cached
         bodies = self._bodies(request, prompt, plan, skip_default=cached is not None)
         if not bodies:
-            yield Frame(_ordered(outputs, plan.labels), 0, done=True)
+            yield Frame(ordered(outputs, plan.labels), 0, done=True)
             return
         streams = _Streams(self.client, bodies, cancel)
         with self._lock_state:
@@ -277,9 +277,9 @@ class RemoteEngine(Engine):
         try:
             for label, ids in streams.tokens():
                 outputs[label] = self._completion(ids, "")
-                yield Frame(_ordered(outputs, plan.labels), streams.step)
+                yield Frame(ordered(outputs, plan.labels), streams.step)
         except RemoteError as err:  # keep every token already received
-            err.outputs = _ordered({**outputs, **self._finals(streams, "error")}, plan.labels)
+            err.outputs = ordered({**outputs, **self._finals(streams, "error")}, plan.labels)
             raise
         finally:
             streams.close()
@@ -288,7 +288,7 @@ class RemoteEngine(Engine):
         outputs.update(self._finals(streams, "cancelled"))
         if "DEFAULT" in bodies and "DEFAULT" in streams.finished:
             self._remember_default(key, outputs["DEFAULT"])
-        yield Frame(_ordered(outputs, plan.labels), streams.step, done=True)
+        yield Frame(ordered(outputs, plan.labels), streams.step, done=True)
 
     def _finals(self, streams: _Streams, unfinished: str) -> dict[str, Completion]:
         """Each streamed output with its stop: eos/length if its stream finished."""
@@ -336,7 +336,7 @@ class RemoteEngine(Engine):
         """Each request on its own (every output is a solo request here anyway)."""
         if not isinstance(requests, Mapping) or not requests:
             raise RequestError("requests", "must be a non-empty mapping of name to request")
-        reqs = {name: _as_request(r) for name, r in requests.items()}
+        reqs = {name: as_request(r) for name, r in requests.items()}
         for request in reqs.values():
             self.plan(request)  # all validated before any request goes out
         return {name: self.steer(request) for name, request in reqs.items()}

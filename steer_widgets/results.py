@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from .errors import RequestError
 from .generation import TokenProb
 from .steering import SteerRequest, output_multipliers
 from .version import __version__
@@ -88,3 +90,18 @@ class SteerResult:
                 }
             )
         return pd.DataFrame(rows)
+
+
+def as_request(request: SteerRequest | Mapping) -> SteerRequest:
+    """A request, or one read back from a record (``SteerResult.to_dict()``) or its dict."""
+    if isinstance(request, SteerRequest):
+        return request
+    if isinstance(request, Mapping):
+        return SteerRequest.from_dict(request.get("request", request))
+    raise RequestError("request", f"must be a SteerRequest or a record dict, got {type(request)}")
+
+
+def ordered(outputs: Mapping[str, Completion], labels: list[str]) -> dict[str, Completion]:
+    """``outputs`` in the request's order (DEFAULT, STEERED, sweep rows), whatever finished
+    first."""
+    return {label: outputs[label] for label in labels}
