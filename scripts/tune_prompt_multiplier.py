@@ -1,19 +1,20 @@
 """Choose ``PROMPT_MULTIPLIER`` and the strengths that go with it, on the dev half only.
 
-The seventh session's ladders (``steer_widgets/concepts.py`` cites their figures): for each dev
-concept of ``benchmarks/data/steer_concepts.json`` and each prompt, greedy, 32 tokens, the
-concept's request direction (``engine.concept_vector(name)``), a vector from the model's own
-answers (``engine.concept_vector(engine.concepts.examples(name))``) and the best concept-search
-feature over every SAE (``engine.search_features``), each at several (strength on generated
-tokens, ``prompt_multiplier``) pairs, all decoded in one batch per prompt. Prints success rate
-and fluency delta per configuration and prompt kind (the steer_efficacy scoring). The report
-half is never read here::
+The ``multiplier`` ladders of 2026-12-01 (3fea35f; ``steer_widgets/concepts.py`` cites
+their figures): for each dev concept of ``benchmarks/data/steer_concepts.json`` and each
+prompt, greedy, 32 tokens, the concept's request direction (``engine.concept_vector(name)``),
+a vector from the model's own answers (``engine.concept_vector(engine.concepts.examples(name))``)
+and the best concept-search feature over every SAE (``engine.search_features``), each at
+several (strength on generated tokens, ``prompt_multiplier``) pairs, all decoded in one batch
+per prompt. Prints success rate and fluency delta per configuration and prompt kind (the
+steer_efficacy scoring). The report half is never read here::
 
     HF_HUB_OFFLINE=1 .venv/bin/python scripts/tune_prompt_multiplier.py --out /tmp/pm.json
 
-``--ladders eighth`` runs the eighth session's ladders instead (README, "Steering efficacy"):
-request-direction pairs that would suit one prompt kind, the request direction read in
-plain-text format, and the request and answers' directions summed, against the default.
+``--ladders directions`` runs the later ladders of 2026-12-01 instead (3419e7d; see
+``docs/steering-efficacy.md``): request-direction pairs that would suit one prompt kind, the
+request direction read in plain-text format, and the request and answers' directions summed,
+against the default.
 """
 
 from __future__ import annotations
@@ -29,17 +30,17 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 # (strength on generated tokens in typical norms, prompt_multiplier) per kind of direction
-SEVENTH = {
+MULTIPLIER = {
     "request": [(0.35, 1.0), (0.4, 1.0), (0.25, 2.0), (0.3, 2.0), (0.35, 2.0), (0.5, 0.0)],
     "answers": [(0.25, 1.0), (0.3, 1.0), (0.2, 2.0), (0.25, 2.0)],
     "feature": [(0.4, 1.0), (0.2, 2.0), (0.225, 2.0), (0.25, 2.0), (0.275, 2.0), (0.3, 2.0)],
 }
-EIGHTH = {  # the prompt's push is share * multiplier: 0.6 typical norms unless stated
+DIRECTIONS = {  # the prompt's push is share * multiplier: 0.6 typical norms unless stated
     "request": [(0.3, 2.0), (0.1, 6.0), (0.2, 3.0), (0.4, 1.5), (0.4, 2.0), (0.5, 1.2)],
     "plain": [(0.3, 2.0), (0.4, 1.5), (0.5, 1.2)],
     "sum": [(0.2, 2.0), (0.225, 2.0), (0.25, 2.0), (0.275, 2.0), (0.3, 2.0)],
 }
-LADDERS = {"seventh": SEVENTH, "eighth": EIGHTH}
+LADDERS = {"multiplier": MULTIPLIER, "directions": DIRECTIONS}
 
 
 def directions(engine, name: str, kinds) -> dict:
@@ -88,7 +89,7 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--limit", type=int, default=None, help="first N dev concepts")
-    p.add_argument("--ladders", choices=sorted(LADDERS), default="seventh")
+    p.add_argument("--ladders", choices=sorted(LADDERS), default="multiplier")
     args = p.parse_args(argv)
     data = json.loads(bench.DATA.read_text())
     engine = sw.Engine.default()
