@@ -320,6 +320,39 @@ class Engine:
         """Median residual norm at ``hook`` on neutral text: the unit strengths are read in."""
         return self.concepts.typical_norm(hook)
 
+    # -- why the text changed (see explain.py) --------------------------------------------
+    def steering_effect(self, result: SteerResult, label: str = "STEERED"):
+        """Per token of ``label``: its probability as generated and under the unsteered model
+        given the same prefix (one cached forward); ``.effect`` in nats, ``.frame()``."""
+        return self._explainer().effect(result, label)
+
+    def attribute(
+        self,
+        result: SteerResult,
+        label: str = "STEERED",
+        position: int = 0,
+        source: str | Sequence[str] | None = None,
+        n: int = 10,
+        ablate: bool = False,
+        steps: int = 1,
+    ):
+        """Why token ``position`` of ``label`` gained: each steering row's first-order share
+        (and its measured removal), and the ``n`` SAE features (of ``source``, default the
+        SAEs at or after the steering) the steering moved most there, with their share."""
+        return self._explainer().attribute(result, label, position, source, n, ablate, steps)
+
+    def steering_features(self, result: SteerResult, source: str, n: int = 10, label="STEERED"):
+        """The features of ``source`` whose mean activation over the completion moved most
+        between DEFAULT and ``label`` (``.frame()``)."""
+        return self._explainer().changed_features(result, source, n, label)
+
+    def _explainer(self):
+        from .explain import Explainer
+
+        if "_explain" not in self.__dict__:
+            self._explain = Explainer(self)
+        return self._explain
+
     # -- internals -------------------------------------------------------------------------
     def _encode(self, request: SteerRequest) -> EncodedPrompt:
         return self.tokenizer.encode(request.prompt, self.model.runtime.cfg.max_context - 1)
