@@ -37,6 +37,7 @@ lab: install
 # with two threads each on a 2-core machine run many times slower than one thread each.
 test: install
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+	$(BIN)/python scripts/check_wording.py
 	HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q tests notebooks --nbval-lax -p no:cacheprovider
 	OMP_NUM_THREADS=1 scripts/ipywidgets7.sh
 
@@ -48,13 +49,14 @@ test-fast: $(STAMP)
 test-ipywidgets7: install
 	OMP_NUM_THREADS=1 scripts/ipywidgets7.sh
 
-# The README's explorer images (light, dark, narrow), regenerated on purpose: the browser test
+# The explorer images in docs/ (light, dark, narrow), regenerated on purpose: the browser test
 # writes screenshots only to its temporary folder unless SW_SCREENSHOT_DIR names another.
 screenshots: install
 	SW_SCREENSHOT_DIR=$(CURDIR)/docs HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q tests/test_browser.py -p no:cacheprovider
 
 lint: install
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+	$(BIN)/python scripts/check_wording.py
 
 bench: install
 	HF_HUB_OFFLINE=1 $(BIN)/python benchmarks/run.py --json benchmarks/results.json
