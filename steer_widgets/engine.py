@@ -19,13 +19,15 @@ from torch import Tensor
 from . import checks
 from .activations import FeatureActivations, ResidualCache, Text, TopFeatures, TopPerToken
 from .analysis import Analysis
+from .arguments import public_methods
 from .concepts import PROMPT_MULTIPLIER, Concepts, FeatureMatches
 from .errors import RequestError
+from .evaluation import Evaluation
 from .feature_index import FeatureIndex
-from .generation import Row, Sampling, decode
+from .generation import Row, Sampling, Step, decode
 from .hook_view import centres_writes
 from .model import DEFAULT_MODEL, LoadedModel, load_model
-from .results import Completion, Frame, SteerResult, as_request, ordered
+from .results import Completion, Frame, SteerResult, as_request, check_outputs, ordered
 from .sae_store import DEFAULT_BUDGET, SAEStore
 from .steering import (
     Plan,
@@ -33,6 +35,7 @@ from .steering import (
     Vector,
     build_plan,
     resolve_directions,
+    unsteered,
     validate_shape,
 )
 from .tokens import EncodedPrompt
@@ -43,6 +46,7 @@ _default_lock = threading.Lock()
 _KINDS: dict[str, type[Engine]] = {}  # filled by subclasses declared with kind= (remote.py)
 
 
+@public_methods
 class Engine:
     """A model plus SAEs, ready to steer.
 
@@ -65,7 +69,12 @@ class Engine:
             model if isinstance(model, LoadedModel) else load_model(model, device, dtype, backend)
         )
         runtime = self.model.runtime
-        self.saes = SAEStore(runtime.hook_widths(), sae_budget_bytes, centres_writes(runtime))
+        self.saes = SAEStore(
+            runtime.hook_widths(),
+            sae_budget_bytes,
+            centres_writes(runtime),
+            model_id=getattr(self.model, "hub_id", None),
+        )
         if saes is None:
             self.saes.add_packaged(self.model.name)
         elif isinstance(saes, Mapping):
@@ -146,11 +155,7 @@ class Engine:
 
     def generate(self, prompt, **sampling) -> Completion:
         """The model's own completion (no steering), e.g. ``engine.generate("Hi", seed=1)``."""
-        unknown = sorted(set(sampling) - set(Sampling.__dataclass_fields__))
-        if unknown:
-            raise RequestError(unknown[0], "is not a sampling setting")
-        request = SteerRequest(prompt=prompt, types=("DEFAULT",), **sampling)
-        return self.steer(request).outputs["DEFAULT"]
+        return self.steer(unsteered(prompt, sampling)).outputs["DEFAULT"]
 
     def samples(self, prompt, n: int, **sampling) -> list[Completion]:
         """``n`` samples of the model's own completion, decoded in one batch.
@@ -161,7 +166,7 @@ class Engine:
         """
         if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= 64:
             raise RequestError("n", f"must be an integer from 1 to 64, got {n!r}")
-        request = SteerRequest(prompt=prompt, types=("DEFAULT",), **sampling)
+        request = unsteered(prompt, sampling)
         prompt_enc, _ = self.plan(request)  # raises before any work
         checks.integer("seed", request.seed + n - 1, *checks.SEED_RANGE)  # the last row's
         rows = [Row(seed=request.seed + i) for i in range(n)]
@@ -205,6 +210,8 @@ class Engine:
 
     def result(self, request: SteerRequest, outputs: Mapping[str, Completion]) -> SteerResult:
         """Wrap outputs gathered from ``steer_stream`` as a ``SteerResult`` (for records)."""
+        request = as_request(request)
+        check_outputs(outputs)
         prompt = self._encode(request)
         return SteerResult(request, dict(outputs), prompt.ids, self.model.name)
 
@@ -274,6 +281,53 @@ class Engine:
         """Searchable top tokens (and, for shipped SAEs, top contexts) of every feature."""
         return self._analysis.feature_index(source)
 
+    # -- evaluation (see evaluator.py) -------------------------------------------------------
+    def evaluate(
+        self,
+        steering,
+        prompts: Sequence | None = None,
+        strengths: Sequence[float] | None = None,
+        judge=None,
+        *,
+        progress: bool = True,
+        cancel: threading.Event | None = None,
+        **sampling,
+    ) -> Evaluation:
+        """Does it steer? ``steering`` over a panel of prompts and a ladder of strengths.
+
+        ``steering``: a ``SteerRequest`` (its strengths, method and multipliers are the x1
+        point; its prompt and sampling are not used), a ``Feature`` (at its source's
+        recommended strength), a ``Vector``, a ``FeatureMatch``, a concept name (its concept
+        vector), a mapping of names to those (compared on the same rows), or an
+        ``Evaluation`` / its record (replayed token for token). Features, vectors and
+        concepts steer with ``default_prompt_multiplier()``.
+        ``prompts``: prompts and chats (``None``: the shipped panel of 12, half chat).
+        ``strengths``: multipliers of the x1 point (``None``: 0, 0.5, 1, 1.5, 2, 3).
+        ``judge``: word forms, a callable ``text -> bool | float``, or ``None``: the
+        concept's word (or a feature label's words), plain inflections included.
+        ``sampling``: greedy and 32 tokens unless given. Every row equals its solo
+        ``steer`` run; ``cancel`` (or ``cancel_all``) stops within one decode step and
+        keeps the finished rows. Everything is checked before any decoding.
+        """
+        from tqdm.auto import tqdm
+
+        stream = self.evaluate_stream(steering, prompts, strengths, judge, cancel, **sampling)
+        evaluation = None
+        with tqdm(total=stream.total, desc="evaluate", unit="row", disable=not progress) as bar:
+            for evaluation in stream:
+                bar.update(len(evaluation.rows) - bar.n)
+        return evaluation
+
+    def evaluate_stream(
+        self, steering, prompts=None, strengths=None, judge=None, cancel=None, **sampling
+    ) -> EvaluationStream:
+        """``evaluate`` as a stream: the evaluation so far each time rows finish (what the
+        explorer's panel draws). Validates at once, before the first row decodes."""
+        from .evaluator import Evaluator
+
+        evaluator = Evaluator(self, steering, prompts, strengths, judge, **sampling)
+        return EvaluationStream(evaluator.empty().total, evaluator.stream(cancel))
+
     # -- concepts ---------------------------------------------------------------------------
     def concept_vector(self, positive, negative=None, hook: str | None = None) -> Vector:
         """A steering ``Vector`` toward a concept: difference in means of the residual.
@@ -334,7 +388,7 @@ class Engine:
         source: str | Sequence[str] | None = None,
         n: int = 10,
         ablate: bool = False,
-        steps: int = 1,
+        steps: int = 4,
     ):
         """Why token ``position`` of ``label`` gained: each steering row's first-order share
         (and its measured removal), and the ``n`` SAE features (of ``source``, default the
@@ -402,13 +456,32 @@ class Engine:
         """Decode ``rows`` of one prompt to the end in one batch (no streaming, no cache)."""
         ids: list[list[int]] = [[] for _ in rows]
         probs: list[list] = [[] for _ in rows]
-        with self._lock:
-            for step in decode(self.model.runtime, prompt_ids, rows, sampling, self.stop_ids):
-                _append(step, ids, probs)
+        for step in self._decode_rows(prompt_ids, rows, sampling):
+            _append(step, ids, probs)
         return [
             self._completion(x, "eos" if x and x[-1] in self.stop_ids else "length", p)
             for x, p in zip(ids, probs, strict=True)
         ]
+
+    def _decode_rows(
+        self, prompt_ids, rows: list[Row], sampling: Sampling, cancel=None
+    ) -> Iterator[Step]:
+        """The decode loop under the engine's lock, cancellable by ``cancel_all`` too."""
+        cancel = cancel or threading.Event()
+        with self._lock_state:
+            self._active.add(cancel)
+        try:
+            with self._lock:
+                yield from decode(
+                    self.model.runtime, prompt_ids, rows, sampling, self.stop_ids, cancel
+                )
+        finally:
+            with self._lock_state:
+                self._active.discard(cancel)
+
+    def _cached_default(self, prompt_ids, sampling: Sampling) -> Completion | None:
+        with self._lock_state:
+            return self._defaults.get((tuple(prompt_ids), sampling))
 
     def _completion(self, ids: list[int], stop: str, probs=None) -> Completion:
         text_ids = [i for i in ids if i not in self.stop_ids]
@@ -421,6 +494,16 @@ class Engine:
             self._defaults.move_to_end(key)
             while len(self._defaults) > DEFAULT_CACHE_SIZE:
                 self._defaults.popitem(last=False)
+
+
+class EvaluationStream:
+    """An iterator of ``Evaluation`` snapshots that knows its number of rows up front."""
+
+    def __init__(self, total: int, it: Iterator[Evaluation]) -> None:
+        self.total, self._it = total, it
+
+    def __iter__(self) -> Iterator[Evaluation]:
+        return self._it
 
 
 def _append(step, ids: list[list[int]], probs: list[list]) -> None:

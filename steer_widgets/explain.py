@@ -13,13 +13,16 @@ result again with full forward passes over its text (no KV cache):
   token down to the earliest hook asked about (weights never get gradients). A
   TransformerLens runtime is plain torch and runs as it is.
 
-Attribution patching: a steering row's share is the gradient of the token's log-probability
-with respect to the hook activation, times what that row added there, summed over positions
-(``steps`` > 1 averages the gradient along the straight path from unsteered to steered: an
-integrated gradient, whose shares sum to the measured gain more closely). Each row is also
-removed for real (one more forward), and ``ablate=True`` does the same for each listed SAE
-feature (its activation set back to the unsteered run's), so the first-order numbers can be
-checked against measured ones.
+Attribution patching: a share is the gradient of the token's log-probability with respect
+to the hook activation, times what a row (or a feature's change) added there, summed over
+positions. For SAE features the gradient is read at the steered run. For steering rows it is
+integrated along the straight path from unsteered to steered (``steps=4``: five readings with
+Simpson weights, see ``path_points``), because a strong push saturates the softmax and the
+gradient at the steered end alone can miss most of the gain (measured: 2.2 of 6.7 nats on a
+planted token; 6.73 with the path); ``steps=1`` is the plain one-reading version. Each row
+is also removed for real (one more forward), and ``ablate=True`` does the same for each listed
+SAE feature (its activation set back to the unsteered run's, at every position), so the
+first-order numbers can be checked against measured ones (``agreement``).
 """
 
 from __future__ import annotations
@@ -257,7 +260,7 @@ class Explainer:
         source: str | Sequence[str] | None = None,
         n: int = 10,
         ablate: bool = False,
-        steps: int = 1,
+        steps: int = 4,
     ) -> Attribution:
         case = self._case(result, label)
         _check_position(position, len(case.completion.token_ids))
@@ -450,9 +453,9 @@ def _attribute(ex: Explainer, case: _Case, position: int, sources, n, ablate, st
     saes = {s: engine.saes.config(s) for s in sources}
     sae_hooks = {cfg.hook_name for cfg in saes.values()}
     with engine._lock:
-        grads, acts, inputs, lp_full = _gradients(ex, case, prefix, target, sae_hooks, steps)
+        path, grads, acts, inputs, lp_full = _gradients(ex, case, prefix, target, sae_hooks, steps)
         unsteered = _read(engine, prefix, target, {})
-        rows = _rows(ex, case, prefix, target, grads, inputs, lp_full)
+        rows = _rows(ex, case, prefix, target, path, inputs, lp_full)
         feats = _features(ex, case, prefix, target, saes, grads, acts, n, ablate, lp_full)
     token = engine.tokenizer.token_strings([target])[0]
     method = "gradient" if steps == 1 else f"integrated gradient ({steps} steps)"
@@ -460,20 +463,30 @@ def _attribute(ex: Explainer, case: _Case, position: int, sources, n, ablate, st
                        id(engine))  # fmt: skip
 
 
+def path_points(steps: int) -> list[tuple[float, float]]:
+    """Where on the path from unsteered (0) to steered (1) the gradient is read, and each
+    reading's weight: the steered point alone for ``steps=1`` (attribution patching), else
+    ``steps + 1`` points with composite Simpson weights (``steps`` even) or trapezoid ones."""
+    if steps == 1:
+        return [(1.0, 1.0)]
+    h = 1.0 / steps
+    if steps % 2 == 0:
+        inner = [4.0 if k % 2 else 2.0 for k in range(1, steps)]
+        weights = [h / 3 * w for w in [1.0, *inner, 1.0]]
+    else:
+        weights = [h * (0.5 if k in (0, steps) else 1.0) for k in range(steps + 1)]
+    return [(k * h, w) for k, w in enumerate(weights)]
+
+
 def _gradients(ex: Explainer, case: _Case, prefix, target: int, sae_hooks: set, steps: int):
-    """Gradients of the token's log-probability at every steering and SAE hook (averaged
-    over ``steps`` points on the path when > 1), the steered run's activations there, the
-    steering hooks' inputs, and the steered log-probability."""
+    """Gradients of the token's log-probability at every steering and SAE hook: integrated
+    along the path (``path_points``) for the rows, at the steered run for the features; the
+    steered run's activations there, the steering hooks' inputs and its log-probability."""
     forward = ex.grad_forward()
-    runtime = ex.engine.model.runtime
-    tokens = torch.tensor([list(prefix)], device=runtime.device)
+    tokens = torch.tensor([list(prefix)], device=ex.engine.model.runtime.device)
     names = sae_hooks | {d.hook for d in case.directions}
-    total: dict[str, Tensor] = {}
-    acts: dict[str, Tensor] = {}
-    inputs: dict[str, Tensor] = {}
-    lp_full = 0.0
-    for k in range(steps):
-        scale = 1.0 if steps == 1 else (k + 0.5) / steps
+    path: dict[str, Tensor] = {}
+    for scale, weight in path_points(steps):
         seen: dict[str, Tensor] = {}
         ins: dict[str, Tensor] = {}
         ops = ex.ops(case, case.directions, scale)
@@ -482,23 +495,18 @@ def _gradients(ex: Explainer, case: _Case, prefix, target: int, sae_hooks: set, 
             lp = _token_logprob(logits, target)
             order = list(seen)
             got = torch.autograd.grad(lp, [seen[h] for h in order], allow_unused=True)
-        for h, g in zip(order, got, strict=True):
-            g = torch.zeros_like(seen[h]) if g is None else g
-            total[h] = total.get(h, 0) + g.detach()[0].reshape(len(prefix), -1) / steps
-        if scale == 1.0 or k == steps - 1:
+        grads = {
+            h: (torch.zeros_like(seen[h]) if g is None else g).detach()[0].reshape(len(prefix), -1)
+            for h, g in zip(order, got, strict=True)
+        }
+        for h, g in grads.items():
+            path[h] = path.get(h, 0) + weight * g
+        if scale == 1.0:
+            at_steered = grads
             acts = {h: v.detach()[0].reshape(len(prefix), -1) for h, v in seen.items()}
             inputs = {h: v[0].reshape(len(prefix), -1) for h, v in ins.items()}
-    if steps > 1:  # the activations and log-probability of the full steered run
-        seen, ins = {}, {}
-        ops = ex.ops(case, case.directions)
-        with torch.no_grad():
-            logits = forward(tokens, hooks=_capturing(ops, names, seen, ins), last_only=True)
-        acts = {h: v.detach()[0].reshape(len(prefix), -1) for h, v in seen.items()}
-        inputs = {h: v[0].reshape(len(prefix), -1) for h, v in ins.items()}
-        lp_full = float(_token_logprob(logits, target))
-    else:
-        lp_full = float(lp.detach())
-    return total, acts, inputs, lp_full
+            lp_full = float(lp.detach())
+    return path, at_steered, acts, inputs, lp_full
 
 
 def _capturing(ops: Hooks, names: set, seen: dict, inputs: dict) -> Hooks:

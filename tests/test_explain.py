@@ -1,0 +1,149 @@
+"""Why the text changed: steering effect, attribution and changed features on the default
+model, with planted directions whose answer is known."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from steer_widgets.errors import RequestError, SourceError
+from steer_widgets.explain import agreement, path_points, spearman
+from steer_widgets.results import SteerResult
+from steer_widgets.steering import Feature, SteerRequest, Vector
+
+LATE_HOOK = "blocks.24.hook_resid_post"
+SOURCE = "12-smollm2-res-4k"
+
+
+@pytest.fixture(scope="module")
+def planted(engine):
+    """STEERED pushed along " cheese"'s unembedding (and by one SAE feature besides)."""
+    token = engine.tokenizer.hf.encode(" cheese", add_special_tokens=False)[0]
+    direction = engine.model.runtime.unembed_weight[token].tolist()
+    strength = 0.3 * engine.typical_norm(LATE_HOOK)
+    request = SteerRequest(
+        prompt="My favourite food is",
+        features=(Feature(SOURCE, 100, engine.default_strength(SOURCE)),),
+        vectors=(Vector(direction, LATE_HOOK, strength),),
+        normalize_steering=True,
+        n_completion_tokens=8,
+        temperature=0,
+    )
+    return token, engine.steer(request)
+
+
+@pytest.fixture(scope="module")
+def by_feature(engine):
+    """STEERED by one SAE feature at its recommended strength, on a chat prompt."""
+    request = SteerRequest(
+        prompt=[{"role": "user", "content": "Tell me about your day."}],
+        features=(Feature(SOURCE, 100, engine.default_strength(SOURCE)),),
+        n_completion_tokens=10,
+        temperature=0,
+        prompt_multiplier=engine.default_prompt_multiplier(),
+    )
+    return engine.steer(request)
+
+
+def _top(effect) -> int:
+    return max(range(len(effect.effect)), key=lambda i: effect.effect[i])
+
+
+def test_planted_token_has_the_largest_effect(engine, planted):
+    token, result = planted
+    effect = engine.steering_effect(result)
+    assert token in effect.token_ids
+    assert effect.token_ids[_top(effect)] == token
+    frame = effect.frame()
+    assert list(frame.columns) == ["position", "token", "p_steered", "p_unsteered", "effect"]
+    assert frame["effect"].idxmax() == _top(effect)
+    assert effect.describe(_top(effect)).startswith("steering raised this token from ")
+
+
+def test_planted_row_takes_the_largest_share(engine, planted):
+    token, result = planted
+    effect = engine.steering_effect(result)
+    a = engine.attribute(result, position=_top(effect), n=3)
+    assert a.token == engine.tokenizer.token_strings([token])[0]
+    shares = {r.name: r.attribution for r in a.rows}
+    assert max(shares, key=shares.get) == f"vector 0 @ {LATE_HOOK}"
+    assert max(a.rows, key=lambda r: r.removed).name == f"vector 0 @ {LATE_HOOK}"
+    assert set(a.frame()["kind"]) == {"row", "feature"}
+
+
+def test_two_rows_sum_to_the_measured_gain(engine, planted):
+    """Integrated gradients (Simpson, 4 steps) share out the gain: measured on this case
+    the sum is within 0.3% of the gain (6.726 against 6.706 nats); the test allows 3%. The
+    plain gradient at the steered point (steps=1) is first order too but saturates (2.22)."""
+    _, result = planted
+    position = _top(engine.steering_effect(result))
+    a = engine.attribute(result, position=position, n=0)
+    assert len(a.rows) == 2 and a.gain > 1.0
+    total = sum(r.attribution for r in a.rows)
+    assert abs(total - a.gain) <= 0.03 * abs(a.gain)
+
+
+def test_effect_is_the_unsteered_read_of_the_same_text(engine, planted):
+    _, result = planted
+    effect = engine.steering_effect(result)
+    again = engine.token_logprobs(result.request.prompt, result.outputs["STEERED"])
+    assert torch.allclose(torch.tensor(effect.logprob_unsteered).float(), again, atol=1e-5)
+
+
+def test_default_tokens_have_zero_effect(engine, planted):
+    _, result = planted
+    effect = engine.steering_effect(result, "DEFAULT")
+    assert effect.effect == (0.0,) * len(result.outputs["DEFAULT"].token_ids)
+    # and the unsteered forward agrees with what generation recorded for DEFAULT
+    read = engine.token_logprobs(result.request.prompt, result.outputs["DEFAULT"])
+    recorded = torch.tensor(result.outputs["DEFAULT"].logprobs)
+    assert (read - recorded).abs().max() < 1e-4
+
+
+def test_steering_feature_ranks_first_among_changed(engine, by_feature):
+    changed = engine.steering_features(by_feature, SOURCE, n=5)
+    assert changed.features[0].index == 100
+    assert changed.features[0].change > 0
+    frame = changed.frame()
+    assert frame["index"].iloc[0] == 100 and len(frame) == 5
+    assert abs(frame["change"]).is_monotonic_decreasing
+
+
+def test_attribution_agrees_with_ablation(engine, by_feature):
+    """The first-order feature shares against real ablations on one token."""
+    effect = engine.steering_effect(by_feature)
+    a = engine.attribute(by_feature, position=_top(effect), source=SOURCE, n=6, ablate=True)
+    assert a.features and all(f.ablated is not None for f in a.features)
+    report = agreement([a], rows=False)
+    assert report.rank_corr >= 0.6, report
+
+
+def test_named_errors(engine, by_feature):
+    with pytest.raises(RequestError, match="label"):
+        engine.steering_effect(by_feature, "STEERED*9")
+    with pytest.raises(RequestError, match="position"):
+        engine.attribute(by_feature, position=len(by_feature.outputs["STEERED"].token_ids))
+    with pytest.raises(RequestError, match="position"):
+        engine.attribute(by_feature, position=-1)
+    with pytest.raises(SourceError, match="no-such-sae"):
+        engine.attribute(by_feature, position=0, source="no-such-sae")
+    with pytest.raises(SourceError, match="no-such-sae"):
+        engine.steering_features(by_feature, "no-such-sae")
+    foreign = SteerResult(
+        by_feature.request, by_feature.outputs, by_feature.prompt_ids, "another/model"
+    )
+    with pytest.raises(RequestError, match="result"):
+        engine.attribute(foreign, position=0)
+    with pytest.raises(RequestError, match="label"):
+        engine.attribute(by_feature, "DEFAULT", 0)  # nothing steered it
+
+
+def test_path_points_and_spearman():
+    for steps in (1, 2, 3, 4, 7):
+        points = path_points(steps)
+        assert math.isclose(sum(w for _, w in points), 1.0)
+        assert points[-1][0] == 1.0
+    assert spearman([1, 2, 3], [10, 20, 30]) == pytest.approx(1.0)
+    assert spearman([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
