@@ -55,6 +55,16 @@ def test_notebook_is_valid_and_stores_only_the_checked_printouts(name):
     assert "widgets" not in nb.metadata  # no saved widget state in git either
 
 
+@pytest.mark.parametrize("name", EXPECTED)
+def test_every_cell_has_its_own_id(name):
+    """nbformat 4.5 wants a cell id: without one, every read warns and rewrites the file."""
+    import json
+
+    cells = json.loads((NOTEBOOKS / f"{name}.ipynb").read_text(encoding="utf-8"))["cells"]
+    ids = [cell.get("id") for cell in cells]
+    assert None not in ids and len(set(ids)) == len(ids), ids
+
+
 WHEEL = (
     f"steer_widgets-{version('steer_widgets')}-py3-none-any.whl"  # what `python -m build` writes
 )
