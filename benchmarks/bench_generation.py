@@ -46,7 +46,7 @@ def run() -> dict:
     ours_ids, hf_ids = _ours(engine, ids), _hf(hf, ids)
     ours_s = best_of(lambda: _ours(engine, ids))
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # the other thread count, for the record (see README)
+    torch.set_num_threads(1)  # the other thread count, for the record (docs/benchmarks.md)
     ours_1t_s = best_of(lambda: _ours(engine, ids))
     torch.set_num_threads(threads)
     hf_s = best_of(lambda: _hf(hf, ids))

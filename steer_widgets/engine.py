@@ -367,7 +367,7 @@ class Engine:
         """The recommended ``SteerRequest.prompt_multiplier``, the one the recommended
         strengths (``default_strength``, ``concept_vector``, ``search_features``) were measured
         with: the prompt pushed harder than the generated tokens sets the topic at less cost
-        to fluency (README, "Strength units")."""
+        to fluency (docs/concepts.md, "Strength units")."""
         return PROMPT_MULTIPLIER
 
     def typical_norm(self, hook: str) -> float:

@@ -8,7 +8,7 @@ at 1400 px and 800 px, light and dark (no horizontal scrollbar inside the explor
 control cut off or outside it, slider tracks wide enough to use).
 
 Screenshots go to ``tmp_path`` only; ``make screenshots`` sets ``SW_SCREENSHOT_DIR=docs`` to
-regenerate the README's images on purpose.
+regenerate the explorer images in docs/ on purpose.
 """
 
 from __future__ import annotations
