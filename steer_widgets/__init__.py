@@ -6,6 +6,7 @@ nothing of widgets; ``Explorer`` is the widget front end that calls it.
 
 from .engine import Engine
 from .errors import RequestError, SourceError, SteerWidgetsError
+from .evaluation import Evaluation
 from .generation import Sampling, TokenProb
 from .model import DEFAULT_MODEL, load_model
 from .results import Completion, Frame, SteerResult
@@ -26,6 +27,7 @@ __all__ = [
     "TYPES",
     "Completion",
     "Engine",
+    "Evaluation",
     "Explorer",
     "Feature",
     "Frame",

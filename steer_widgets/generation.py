@@ -104,10 +104,17 @@ DEFAULT_SAMPLING = Sampling()
 @dataclass
 class Row:
     """One sequence to decode: its interventions, keyed by hook name, and its own seed
-    (``None``: the request's), so several samples of one prompt decode in one batch."""
+    (``None``: the request's), so several samples of one prompt decode in one batch.
+
+    ``follow``: an earlier row whose tokens this row is fed instead of sampling its own, so
+    its ``TokenProb`` are that row's tokens scored under this row's own model (say, a
+    steered text under the unsteered model: the fluency of a steering, at the cost of one
+    more row in a decode step instead of another forward over the whole text).
+    """
 
     ops: Mapping[str, RowOp] = field(default_factory=dict)
     seed: int | None = None
+    follow: int | None = None
 
 
 @dataclass
@@ -132,11 +139,9 @@ def decode(
     n_new = sampling.n_completion_tokens
     cache = model.new_cache(len(rows), len(prompt_ids) + n_new)
     prompt = torch.tensor([list(prompt_ids)], device=model.device)
+    _check_follows(rows)
     hooks = _batched_hooks(rows)
-    last = []
-    for r, row in enumerate(rows):  # rule 1: one row at a time
-        logits = model.forward(prompt, cache.view(r), hooks=row.ops, last_only=True)
-        last.append(logits[0, -1])
+    last = _prefill(model, prompt, rows, cache)
     cache.length = len(prompt_ids)
     samplers = [RowSampler(sampling, prompt_ids, model.cfg.vocab_size, row.seed) for row in rows]
     done = [False] * len(rows)
@@ -144,7 +149,12 @@ def decode(
     for _ in range(n_new):
         if cancel is not None and cancel.is_set():
             return
-        tokens = [None if done[r] else s.next(logits[r]) for r, s in enumerate(samplers)]
+        tokens: list[int | None] = []
+        for r, s in enumerate(samplers):
+            follow = rows[r].follow
+            tokens.append(
+                None if done[r] else s.next(logits[r]) if follow is None else tokens[follow]
+            )
         probs = [None if t is None else token_prob(logits[r], t) for r, t in enumerate(tokens)]
         done = [d or t in stop_ids for d, t in zip(done, tokens, strict=True)]
         yield Step(tokens, list(done), probs)
@@ -152,6 +162,30 @@ def decode(
             return
         feed = torch.tensor([[t if t is not None else 0] for t in tokens], device=model.device)
         logits = model.forward(feed, cache, hooks=hooks)[:, -1].float().cpu()
+
+
+def _prefill(model: Runtime, prompt: Tensor, rows: Sequence[Row], cache) -> list[Tensor]:
+    """Each row's last prompt logits, one row at a time (rule 1). Rows without
+    interventions all compute the same prompt, so where the cache can copy a row (a bitwise
+    copy) the first one's keys and values are reused for the others."""
+    last: list[Tensor] = []
+    plain: int | None = None
+    for r, row in enumerate(rows):
+        if not row.ops and plain is not None and hasattr(cache, "copy_row"):
+            cache.copy_row(plain, r)
+            last.append(last[plain])
+            continue
+        logits = model.forward(prompt, cache.view(r), hooks=row.ops, last_only=True)
+        last.append(logits[0, -1])
+        if not row.ops and plain is None:
+            plain = r
+    return last
+
+
+def _check_follows(rows: Sequence[Row]) -> None:
+    for r, row in enumerate(rows):
+        if row.follow is not None and not 0 <= row.follow < r:
+            raise ValueError(f"row {r} follows row {row.follow}: only an earlier row")
 
 
 class RowSampler:

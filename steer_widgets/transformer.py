@@ -395,6 +395,11 @@ class KVCache:
     def capacity(self) -> int:
         return self.k[0].shape[2]
 
+    def copy_row(self, src: int, dst: int) -> None:
+        """Row ``dst`` gets row ``src``'s keys and values, bit for bit (a shared prefill)."""
+        for kv in (*self.k, *self.v):
+            kv[dst].copy_(kv[src])
+
     def view(self, row: int) -> KVCache:
         """The cache of one row, sharing storage: prefill writes through it."""
         part = KVCache.__new__(KVCache)

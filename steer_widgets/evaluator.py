@@ -1,0 +1,335 @@
+"""Running an evaluation: every (prompt, strength) row decoded exactly, prompt by prompt.
+
+For each prompt, DEFAULT and every strength of every steering decode in one batch (each row
+is token for token its solo ``Engine.steer`` run, the engine's guarantee). Fluency needs each
+steered text scored by the *unsteered* model; instead of a second forward over every text,
+each steered row gets a shadow row in the same batch: an unsteered row fed the steered row's
+tokens (``Row.follow``), whose token log-probabilities are exactly that score. A shadow row
+costs one more row in each decode step (decode reads the weights once for all rows), and its
+prompt is a copy of DEFAULT's keys and values, not another prefill.
+
+Rows of different prompts are not batched together: the decode loop shares one prompt
+length across a batch, so mixing prompts would need per-row positions in every runtime.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .concepts import FeatureMatch
+from .errors import RequestError, SteerWidgetsError
+from .evaluation import (
+    EvalRow,
+    Evaluation,
+    PromptDefault,
+    check_strengths,
+    prompt_name,
+)
+from .generation import Row, Sampling
+from .judges import Judge, JudgeError, label_words, make_judge
+from .steering import Feature, SteerRequest, Vector
+from .tokens import check_prompt
+
+if TYPE_CHECKING:
+    from .engine import Engine
+
+PANEL_FILE = Path(__file__).parent / "data" / "eval_prompts.json"
+LADDER = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0)  # multipliers of the recommended point
+# Greedy and short: an evaluation asks whether the text turns, not what a long sample says,
+# and greedy rows make the success rate a property of the steering, not of a seed.
+SAMPLING = {"temperature": 0.0, "freq_penalty": 1.0, "seed": 16, "n_completion_tokens": 32}
+PARTIAL_EVERY_S = 0.25  # how often the texts of rows still decoding are shown
+
+
+def panel() -> list:
+    """The shipped prompts: six chat requests and six completion openings, neutral."""
+    return [p["prompt"] for p in json.loads(PANEL_FILE.read_text())["prompts"]]
+
+
+class Evaluator:
+    """One validated evaluation, ready to run; everything is checked in the constructor."""
+
+    def __init__(
+        self, engine: Engine, steering, prompts=None, strengths=None, judge=None, **sampling
+    ) -> None:
+        self.engine = engine
+        record = _record(steering)
+        if record is not None:
+            prompts = record.prompts if prompts is None else prompts
+            strengths = record.strengths if strengths is None else strengths
+            sampling = {**record.sampling, **sampling}
+            steerings = {n: (r, record.judge_forms.get(n)) for n, r in record.steerings.items()}
+        else:
+            steerings = resolve(engine, steering)
+        self.prompts = _check_prompts(panel() if prompts is None else prompts)
+        self.strengths = check_strengths(LADDER if strengths is None else strengths)
+        self.sampling = _check_sampling(sampling)
+        self.judges = {n: make_judge(judge, forms) for n, (_, forms) in steerings.items()}
+        self.x1 = {n: r for n, (r, _) in steerings.items()}
+        self.plans = [self._plan(i, p) for i, p in enumerate(self.prompts)]  # before any work
+        self._default_scores: dict[tuple[int, str], float] = {}
+
+    def _plan(self, i: int, prompt) -> tuple:
+        """The prompt's encoding and each steering's rows (DEFAULT, then the ladder)."""
+        out = {}
+        enc = None
+        for name, x1 in self.x1.items():
+            if x1.strength_multiplier == 0:
+                raise RequestError(
+                    f"steering[{name!r}].strength_multiplier",
+                    "is 0, so every strength of the ladder would steer alike",
+                )
+            req = x1.with_(
+                prompt=prompt,
+                types=("DEFAULT",),
+                sweep=tuple(x1.strength_multiplier * m for m in self.strengths),
+                **self.sampling,
+            )
+            try:
+                enc, plan = self.engine.plan(req)
+            except RequestError as err:
+                raise _renamed(err, i, name) from None
+            out[name] = plan
+        return enc, out
+
+    def empty(self) -> Evaluation:
+        return Evaluation(
+            dict(self.x1),
+            list(self.prompts),
+            self.strengths,
+            dict(self.sampling),
+            {n: j.name for n, j in self.judges.items()},
+            {n: j.forms for n, j in self.judges.items()},
+            model=self.engine.model.name,
+        )
+
+    def stream(self, cancel: threading.Event | None = None) -> Iterator[Evaluation]:
+        """Yield the evaluation each time rows finish; the last one has ``complete`` (or
+        ``cancelled``) set. A judge that fails raises ``JudgeError`` with the rows so far."""
+        cancel = cancel or threading.Event()
+        ev = self.empty()
+        started = time.perf_counter()
+        for i, (enc, plans) in enumerate(self.plans):
+            if cancel.is_set():
+                break
+            try:
+                yield from self._prompt(ev, i, enc, plans, cancel)
+            except JudgeError as err:
+                ev.stats["seconds"] = time.perf_counter() - started
+                err.evaluation = ev
+                raise
+        ev.cancelled = cancel.is_set() and len(ev.rows) < ev.total
+        ev.complete = not ev.cancelled
+        ev.stats.update(seconds=time.perf_counter() - started)
+        yield ev
+
+    def _prompt(self, ev: Evaluation, i: int, enc, plans: dict, cancel) -> Iterator[Evaluation]:
+        engine, sampling = self.engine, Sampling(**self.sampling)
+        default = engine._cached_default(enc.ids, sampling)
+        rows: list[Row] = [] if default else [next(iter(plans.values())).rows[0]]
+        owners: list[tuple[str, float]] = []  # per steered row: (steering, ladder multiplier)
+        for name, plan in plans.items():
+            for m, planned in zip(self.strengths, plan.outputs[1:], strict=True):
+                owners.append((name, m))
+                rows += [planned.row, Row(follow=len(rows))]
+        first = 0 if default else 1
+        ids: list[list[int]] = [[] for _ in rows]
+        probs: list[list] = [[] for _ in rows]
+        finished = [False] * len(rows)
+        pending = set(range(len(owners)))
+        shown = time.perf_counter()
+        for step in engine._decode_rows(enc.ids, rows, sampling, cancel):
+            for r, token in enumerate(step.tokens):
+                if token is not None:
+                    ids[r].append(token)
+                    probs[r].append(step.probs[r])
+                finished[r] = step.done[r]
+            if time.perf_counter() - shown >= PARTIAL_EVERY_S:
+                ev.running = {
+                    (*owners[k], i): engine.tokenizer.decode(ids[first + 2 * k]) for k in pending
+                }
+                shown = time.perf_counter()
+                yield ev
+            if default is None and finished[0]:
+                default = self._default(i, engine._completion(ids[0], "eos", probs[0]))
+            ready = [k for k in pending if finished[first + 2 * k]] if default else []
+            if ready:
+                self._finish(ev, i, default, owners, ready, ids, probs, first, "eos")
+                pending -= set(ready)
+                yield ev
+        ev.running = {}
+        if cancel.is_set():
+            return
+        if default is None:
+            default = self._default(i, engine._completion(ids[0], "length", probs[0]))
+        if pending:
+            self._finish(ev, i, default, owners, sorted(pending), ids, probs, first, "length")
+            yield ev
+
+    def _default(self, i: int, completion):
+        enc, _ = self.plans[i]
+        self.engine._remember_default((enc.ids, Sampling(**self.sampling)), completion)
+        return completion
+
+    def _finish(self, ev, i, default, owners, ready, ids, probs, first, stop) -> None:
+        """Score finished rows ``ready`` (indices into ``owners``) and add them to ``ev``."""
+        ev.defaults.setdefault(i, _prompt_default(default, self.judges, i, self.prompts))
+        d = ev.defaults[i]
+        for k in sorted(ready):
+            name, m = owners[k]
+            ev.running.pop((name, m, i), None)
+            if (i, name) not in self._default_scores:  # each judge scores DEFAULT once
+                text = prompt_name(self.prompts[i])
+                self._default_scores[i, name] = self.judges[name].score(d.text, text)
+            r = first + 2 * k
+            done_ids = ids[r]
+            stop_k = "eos" if done_ids and done_ids[-1] in self.engine.stop_ids else stop
+            completion = self.engine._completion(done_ids, stop_k)
+            score = self.judges[name].score(completion.text, prompt_name(self.prompts[i]))
+            nll = _mean_nll(probs[r + 1])
+            ev.rows.append(
+                EvalRow(
+                    name,
+                    i,
+                    m,
+                    completion.text,
+                    completion.token_ids,
+                    stop_k,
+                    score,
+                    score > self._default_scores[i, name],
+                    nll,
+                    nll - d.nll,
+                    _shared(done_ids, d.token_ids),
+                )  # fmt: skip
+            )
+
+
+def _prompt_default(default, judges: Mapping[str, Judge], i: int, prompts) -> PromptDefault:
+    """DEFAULT as the reference, scored by the first steering's judge (each steered row is
+    compared with its own judge's score of DEFAULT: see ``_finish``)."""
+    judge = next(iter(judges.values()))
+    score = judge.score(default.text, prompt_name(prompts[i]))
+    nll = _mean_nll(default.token_probs or ())
+    return PromptDefault(default.text, default.token_ids, nll, score)
+
+
+def _mean_nll(probs: Sequence) -> float:
+    return -sum(p.logprob for p in probs) / len(probs) if probs else 0.0
+
+
+def _shared(a: Sequence[int], b: Sequence[int]) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+# -- what can be evaluated -----------------------------------------------------------------
+def resolve(engine: Engine, steering) -> dict[str, tuple[SteerRequest, list[str] | None]]:
+    """Each steering as its x1 request and the words its default judge looks for."""
+    if isinstance(steering, Mapping) and not isinstance(steering, SteerRequest):
+        if not steering:
+            raise RequestError("steering", "is an empty mapping: name at least one steering")
+        out = {}
+        for name, s in steering.items():
+            if not isinstance(name, str) or not name:
+                raise RequestError("steering", f"names must be non-empty strings, got {name!r}")
+            out[name] = _one(engine, s, f"steering[{name!r}]")
+        return out
+    req, forms = _one(engine, steering, "steering")
+    return {_name(engine, steering): (req, forms)}
+
+
+def _one(engine: Engine, s, field: str) -> tuple[SteerRequest, list[str] | None]:
+    mult = {"prompt_multiplier": engine.default_prompt_multiplier()}
+    if isinstance(s, SteerRequest):
+        forms = [w for f in s.features for w in _feature_words(engine, f, field)]
+        return s.with_(prompt="", sweep=()), forms or None
+    if isinstance(s, str):
+        if not s.strip():
+            raise RequestError(field, "is an empty concept name")
+        return SteerRequest("", vectors=[engine.concept_vector(s)], **mult), [s.strip()]
+    if isinstance(s, FeatureMatch):
+        f = Feature(s.source, s.index, s.strength)
+        _check_feature(engine, f, field)
+        return SteerRequest("", features=[f], **mult), label_words(s.label) or None
+    if isinstance(s, Feature):
+        _check_feature(engine, s, field)
+        f = Feature(s.source, s.index, engine.default_strength(s.source))
+        return SteerRequest("", features=[f], **mult), _feature_words(engine, f, field) or None
+    if isinstance(s, Vector):
+        return SteerRequest("", vectors=[s], **mult), None
+    raise RequestError(
+        field,
+        "must be a SteerRequest, Feature, Vector, FeatureMatch, concept name, or a mapping "
+        f"of names to those, got {type(s).__name__}",
+    )
+
+
+def _check_feature(engine: Engine, f: Feature, field: str) -> None:
+    try:
+        engine.saes.check_index(f.source, f.index)
+    except SteerWidgetsError as err:
+        raise RequestError(field, str(err)) from None
+
+
+def _feature_words(engine: Engine, f: Feature, field: str) -> list[str]:
+    _check_feature(engine, f, field)
+    return label_words(engine.feature_index(f.source).label(int(f.index)))
+
+
+def _name(engine: Engine, s) -> str:
+    if isinstance(s, str):
+        return s.strip()
+    if isinstance(s, (Feature, FeatureMatch)):
+        return f"{s.source} #{s.index}"
+    if isinstance(s, Vector):
+        return f"vector at {s.hook}"
+    return "steering"
+
+
+def _record(steering) -> Evaluation | None:
+    if isinstance(steering, Evaluation):
+        return steering
+    if isinstance(steering, Mapping) and "steerings" in steering and "prompts" in steering:
+        return Evaluation.from_dict(steering)
+    return None
+
+
+def _check_prompts(prompts) -> list:
+    if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence):
+        raise RequestError("prompts", f"must be a list of prompts and chats, got {prompts!r}")
+    if not prompts:
+        raise RequestError("prompts", "is empty: give at least one prompt (None: the panel)")
+    for i, p in enumerate(prompts):
+        try:
+            check_prompt(p)
+        except RequestError as err:
+            raise _renamed(err, i, None) from None
+        if isinstance(p, str) and not p.strip():
+            raise RequestError(f"prompts[{i}]", "is an empty prompt")
+    return list(prompts)
+
+
+def _check_sampling(sampling: Mapping) -> dict:
+    unknown = sorted(set(sampling) - set(Sampling.__dataclass_fields__), key=str)
+    if unknown:
+        raise RequestError(str(unknown[0]), "is not a sampling setting")
+    merged = {**SAMPLING, **sampling}
+    Sampling(**merged).validate()
+    return merged
+
+
+def _renamed(err: RequestError, i: int, steering: str | None) -> RequestError:
+    """A request error renamed for the evaluation's own arguments."""
+    if err.field.startswith("prompt"):
+        return RequestError(f"prompts[{i}]" + err.field[len("prompt") :], err.problem)
+    where = "steering" if steering is None else f"steering[{steering!r}]"
+    return RequestError(f"{where}.{err.field}", err.problem)
