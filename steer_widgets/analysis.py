@@ -32,6 +32,7 @@ from .feature_index import FeatureIndex, final_norm_weight, top_output_tokens
 from .model import LoadedModel
 from .results import Completion
 from .sae_store import SAEStore
+from .tokens import check_prompt
 
 TEXT_CACHE_SIZE = 64
 
@@ -61,7 +62,10 @@ class Analysis:
         """Tokens to analyse: a prompt (str or chat), optionally followed by a completion."""
         if isinstance(prompt, Text):
             return prompt
+        check_prompt(prompt)  # before it is a cache key
         extra = completion.token_ids if isinstance(completion, Completion) else completion
+        if extra is not None:
+            extra = checks.token_ids("completion", extra, self.model.runtime.cfg.vocab_size)
         key = (json.dumps(prompt, sort_keys=True), tuple(extra or ()))
         with self._lock_texts:
             cached = self._texts.get(key)
@@ -85,6 +89,8 @@ class Analysis:
 
     def feature_values(self, text: Text, source: str, index: int | None = None) -> Tensor:
         """Activations [T] of one feature (or [T, d_sae] of all) over ``text``; BOS zeroed."""
+        if not isinstance(text, Text):
+            raise RequestError("text", f"must be a Text (engine.text(prompt)), got {text!r}")
         cfg = self.saes.config(source) if index is None else self.saes.check_index(source, index)
         also = [self.saes.config(s).hook_name for s in self.saes.sources()]
         runtime = self.model.runtime

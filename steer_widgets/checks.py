@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Sequence
+from os import PathLike
+from pathlib import Path
 
 from .errors import RequestError
 
@@ -47,6 +49,21 @@ def text(name: str, value) -> str:
     if not isinstance(value, str):
         raise RequestError(name, f"must be a string, got {value!r}")
     return value
+
+
+def path(name: str, value) -> Path:
+    """A file path (str or ``os.PathLike``), not a number or a list that happens to print."""
+    if isinstance(value, (str, PathLike)) and str(value).strip():
+        return Path(value)
+    raise RequestError(name, f"must be a file path, got {value!r}")
+
+
+def token_ids(name: str, value, vocab_size: int) -> list[int]:
+    """Token ids of the model's vocabulary: a list or tuple of integers in 0..vocab-1."""
+    ids = sequence(name, value)
+    for i, token in enumerate(ids):
+        integer(f"{name}[{i}]", token, 0, vocab_size - 1)
+    return [int(t) for t in ids]
 
 
 def sequence(name: str, value) -> Sequence:

@@ -40,6 +40,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from . import checks
 from .errors import RequestError
 from .runtime import hook_layer
 
@@ -387,7 +388,11 @@ class Concepts:
             raise RequestError("n", f"must be a positive integer, got {n!r}")
         saes = self.engine.saes
         widths = self.engine.model.runtime.hook_widths()
-        sources = self.default_sources() if sources is None else list(sources)
+        if sources is not None:
+            sources = list(checks.sequence("sources", sources))
+            for i, s in enumerate(sources):
+                checks.text(f"sources[{i}]", s)
+        sources = self.default_sources() if sources is None else sources
         if not sources:
             raise RequestError("sources", "no SAE that reads a whole hook is registered")
         hooks = {s: saes.config(s).hook_name for s in sources}  # SourceError names a bad one
@@ -420,8 +425,11 @@ class Concepts:
         from .steering import Vector
 
         v = vector.vector if isinstance(vector, Vector) else vector
-        v = torch.as_tensor(v, dtype=torch.float32).flatten()
         cfg = self.engine.saes.config(source)
+        try:
+            v = torch.as_tensor(v, dtype=torch.float32).flatten()
+        except (TypeError, ValueError, RuntimeError):
+            raise RequestError("vector", f"must be a vector of width {cfg.d_in}") from None
         if v.numel() != cfg.d_in or not torch.isfinite(v).all() or float(v.norm()) == 0:
             raise RequestError("vector", f"must be a finite, non-zero vector of width {cfg.d_in}")
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
@@ -455,7 +463,7 @@ class Concepts:
         return pos, baseline(concept), "content"
 
     def _check_hook(self, hook: str, field: str) -> str:
-        if hook not in self.engine.model.runtime.hook_widths():
+        if not isinstance(hook, str) or hook not in self.engine.model.runtime.hook_widths():
             raise RequestError(field, f"the model has no hook {hook!r}")
         return hook
 

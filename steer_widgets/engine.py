@@ -28,7 +28,7 @@ from .generation import Row, Sampling, Step, decode
 from .hook_view import centres_writes
 from .model import DEFAULT_MODEL, LoadedModel, load_model
 from .results import Completion, Frame, SteerResult, as_request, check_outputs, ordered
-from .sae_store import DEFAULT_BUDGET, SAEStore
+from .sae_store import DEFAULT_BUDGET, SAEStore, check_locations
 from .steering import (
     Plan,
     SteerRequest,
@@ -65,6 +65,8 @@ class Engine:
         dtype: torch.dtype = torch.float32,
         backend: str = "auto",
     ) -> None:
+        check_locations(saes)
+        checks.integer("sae_budget_bytes", sae_budget_bytes, lo=0)
         self.model = (
             model if isinstance(model, LoadedModel) else load_model(model, device, dtype, backend)
         )
@@ -388,7 +390,7 @@ class Engine:
         source: str | Sequence[str] | None = None,
         n: int = 10,
         ablate: bool = False,
-        steps: int = 4,
+        steps: int = 3,
     ):
         """Why token ``position`` of ``label`` gained: each steering row's first-order share
         (and its measured removal), and the ``n`` SAE features (of ``source``, default the

@@ -15,6 +15,11 @@ class RequestError(SteerWidgetsError, ValueError):
         super().__init__(f"{field}: {problem}")
 
 
+class ArgumentError(RequestError, TypeError):
+    """A call with an argument its function does not take, or without one it needs (say,
+    ``ex.set(nope=1)``): ``field`` is the argument. Also a ``TypeError``, as Python's own."""
+
+
 class SourceError(SteerWidgetsError, ValueError):
     """An SAE source cannot be loaded or does not fit the model."""
 

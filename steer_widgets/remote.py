@@ -35,13 +35,14 @@ import torch
 from torch import Tensor
 
 from . import checks
+from .arguments import public_methods
 from .engine import Engine
 from .errors import RemoteError, RemoteUnsupported, RequestError
 from .model import DEFAULT_MODEL, LoadedModel, default_model_dir
 from .remote_client import TOKEN_ENV, RemoteClient, decode_tensor, encode_tensor
 from .results import Completion, Frame, SteerResult, as_request, ordered
 from .sae_store import DEFAULT_BUDGET
-from .steering import Direction, Plan, SteerRequest, resolve_directions
+from .steering import Direction, Plan, SteerRequest, resolve_directions, unsteered
 from .tokens import EncodedPrompt, Tokenizer
 
 # TransformerLens hook kind -> the server's canonical point name (same tensor, checked in tests).
@@ -155,6 +156,7 @@ class RemoteRuntime:
         return self._unembed
 
 
+@public_methods
 class RemoteEngine(Engine, kind="remote"):
     """``Engine`` whose model is an interp-engine server; see the module docstring.
 
@@ -173,6 +175,7 @@ class RemoteEngine(Engine, kind="remote"):
         sae_budget_bytes: int = DEFAULT_BUDGET,
         retries: int = 5,
     ) -> None:
+        _check_connection(url, token, model, tokenizer, retries)
         client = RemoteClient(url, token or os.environ.get(TOKEN_ENV), retries)
         info = client.get("/v1/describe")  # unreachable / wrong token fail here, by name
         server_model = info["description"]["hf_model_id"]
@@ -320,7 +323,7 @@ class RemoteEngine(Engine, kind="remote"):
     def samples(self, prompt, n: int, **sampling) -> list[Completion]:
         """``n`` samples, seeds ``seed + i``, each its own request (as ``generate`` would)."""
         checks.integer("n", n, lo=1, hi=64)
-        request = SteerRequest(prompt=prompt, types=("DEFAULT",), **sampling)
+        request = unsteered(prompt, sampling)
         enc, _ = self.plan(request)  # raises before any work
         base = _generate_body(enc.ids, request.sampling)
         bodies = {str(i): {**base, "seed": request.seed + i} for i in range(n)}
@@ -459,6 +462,20 @@ def _check_sampling(url: str, body: dict, used: dict) -> None:
         got["top_p"] = None
     if got != want or (used.get("presence_penalty") or 0.0) != 0.0:
         raise RemoteError(url, f"the server samples with {used}, not {want}")
+
+
+def _check_connection(url, token, model, tokenizer, retries) -> None:
+    """What ``RemoteEngine`` is given, checked before anything is sent."""
+    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+        raise RequestError("url", f"must be an http:// or https:// address, got {url!r}")
+    for name, value in (("token", token), ("model", model)):
+        if value is not None:
+            checks.text(name, value)
+    if token is not None and not (token.isascii() and token.isprintable()):
+        raise RequestError("token", "must be printable ASCII (it travels in an HTTP header)")
+    if tokenizer is not None:
+        checks.path("tokenizer", tokenizer)
+    checks.integer("retries", retries, lo=0)
 
 
 def _tokenizer_location(tokenizer, name: str, server_model: str):

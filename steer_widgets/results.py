@@ -105,3 +105,12 @@ def ordered(outputs: Mapping[str, Completion], labels: list[str]) -> dict[str, C
     """``outputs`` in the request's order (DEFAULT, STEERED, sweep rows), whatever finished
     first."""
     return {label: outputs[label] for label in labels}
+
+
+def check_outputs(outputs: Mapping[str, Completion]) -> None:
+    """Outputs by label, each a ``Completion`` (what ``steer_stream``'s frames hold)."""
+    if not isinstance(outputs, Mapping):
+        raise RequestError("outputs", f"must be a dict of label to Completion, got {outputs!r}")
+    for label, completion in outputs.items():
+        if not isinstance(label, str) or not isinstance(completion, Completion):
+            raise RequestError(f"outputs[{label!r}]", f"must be a Completion, got {completion!r}")

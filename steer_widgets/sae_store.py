@@ -16,11 +16,12 @@ from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from os import PathLike
 from pathlib import Path
 
 from torch import Tensor
 
-from .errors import SourceError
+from .errors import RequestError, SourceError
 from .hook_view import view_for
 from .sae import CONFIG_FILE, SAE, SAEConfig, check_weights_header, read_tensors
 
@@ -107,6 +108,8 @@ class SAEStore:
             return list(self._configs)
 
     def config(self, source: str) -> SAEConfig:
+        if not isinstance(source, str):
+            raise RequestError("source", f"must be an SAE source name, got {source!r}")
         with self._lock:
             cfg = self._configs.get(source)
         if cfg is None:
@@ -230,6 +233,22 @@ class SAEStore:
             self._loaded.clear()
             self._rows.clear()
             self._stats.resident_bytes = 0
+
+
+def check_locations(saes) -> None:
+    """``Engine(saes=...)``: None, SAE locations (folders or ``release/sae_id``), or a
+    mapping from source name to location."""
+    if saes is None:
+        return
+    if isinstance(saes, Mapping):
+        items = [(f"saes[{name!r}]", name, loc) for name, loc in saes.items()]
+    elif isinstance(saes, (list, tuple)):
+        items = [(f"saes[{i}]", "", loc) for i, loc in enumerate(saes)]
+    else:
+        raise RequestError("saes", f"must be a list of SAE locations or a dict, got {saes!r}")
+    for field, name, location in items:
+        if not isinstance(name, str) or not isinstance(location, (str, PathLike)):
+            raise RequestError(field, f"must be a folder or 'release/sae_id', got {location!r}")
 
 
 def _default_name(folder: Path, layer: int | None) -> str:

@@ -24,7 +24,8 @@ import torch
 from torch import Tensor
 
 from . import checks
-from .errors import RequestError, SourceError
+from .arguments import public_methods
+from .errors import ArgumentError, RequestError, SourceError
 from .generation import DEFAULT_SAMPLING, Row, Sampling
 from .tokens import check_prompt
 
@@ -37,6 +38,7 @@ METHODS = ("SIMPLE_ADDITIVE", "ORTHOGONAL_DECOMP", "PROJECTION_CAP")
 SteerMethod = Literal["SIMPLE_ADDITIVE", "ORTHOGONAL_DECOMP", "PROJECTION_CAP"]
 
 
+@public_methods
 @dataclass(frozen=True)
 class Feature:
     """An SAE feature: ``source`` names the SAE (e.g. ``10-smollm2-res-4k``)."""
@@ -46,6 +48,7 @@ class Feature:
     strength: float = 40.0
 
 
+@public_methods
 @dataclass(frozen=True)
 class Vector:
     """A custom steering direction added at ``hook`` (a TransformerLens hook name)."""
@@ -55,6 +58,7 @@ class Vector:
     strength: float = 1.0
 
 
+@public_methods
 @dataclass(frozen=True)
 class SteerRequest:
     """Everything that determines a steering result; a result can be replayed from it.
@@ -84,6 +88,9 @@ class SteerRequest:
         return Sampling(self.temperature, self.freq_penalty, self.seed, self.n_completion_tokens)
 
     def with_(self, **changes) -> SteerRequest:
+        unknown = sorted(set(changes) - set(self.__dataclass_fields__))
+        if unknown:
+            raise ArgumentError(unknown[0], "is not a SteerRequest field")
         return replace(self, **changes)
 
     def to_dict(self) -> dict:
@@ -123,6 +130,14 @@ class SteerRequest:
             if key in known:
                 known[key] = tuple(checks.sequence(key, known[key]))
         return cls(**known)
+
+
+def unsteered(prompt, sampling: Mapping) -> SteerRequest:
+    """The request ``generate``/``samples`` make of a prompt and sampling keywords."""
+    unknown = sorted(set(sampling) - set(Sampling.__dataclass_fields__))
+    if unknown:
+        raise ArgumentError(unknown[0], "is not a sampling setting")
+    return SteerRequest(prompt=prompt, types=("DEFAULT",), **sampling)
 
 
 def _entry(name: str, value, required: tuple[str, ...], optional: tuple[str, ...]) -> dict:
@@ -245,8 +260,19 @@ def resolve_directions(
     return out
 
 
+def check_vector(v, widths: Mapping[str, int], field: str) -> None:
+    """``v`` is a ``Vector`` at a hook of the model, of its width, with a finite strength."""
+    if not isinstance(v, Vector):
+        raise RequestError(field, f"must be a Vector (say, engine.concept_vector(...)), got {v!r}")
+    try:
+        _vector_direction(0, v, widths, False)
+    except RequestError as err:
+        raise RequestError(err.field.replace("vectors[0]", field), err.problem) from None
+    checks.number(f"{field}.strength", v.strength)
+
+
 def _vector_direction(i: int, v: Vector, widths: Mapping[str, int], normalize: bool) -> Direction:
-    if v.hook not in widths:
+    if not isinstance(v.hook, str) or v.hook not in widths:
         raise RequestError(f"vectors[{i}].hook", f"the model has no hook {v.hook!r}")
     try:
         vec = torch.as_tensor(v.vector, dtype=torch.float32).flatten()

@@ -99,6 +99,7 @@ class Tokenizer:
 def check_prompt(prompt) -> None:
     """A prompt's shape, without a tokenizer: a string, or a list of {role, content} dicts."""
     if isinstance(prompt, str):
+        _check_unicode("prompt", prompt)
         return
     if isinstance(prompt, bytes) or not isinstance(prompt, Sequence):
         raise RequestError(
@@ -117,8 +118,17 @@ def _check_messages(messages: Sequence[dict]) -> None:
             raise RequestError(f"prompt[{n}].role", f"is {m['role']!r}; expected one of {ROLES}")
         if not isinstance(m["content"], str):
             raise RequestError(f"prompt[{n}].content", "must be a string")
+        _check_unicode(f"prompt[{n}].content", m["content"])
     if not any(m["content"].strip() for m in messages):
         raise RequestError("prompt", "has no message with content")
+
+
+def _check_unicode(field: str, text: str) -> None:
+    """Text a tokenizer can read: a lone surrogate (say, from a bad decode) is not."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise RequestError(field, f"is not valid Unicode text ({err.reason})") from None
 
 
 def _content_spans(text: str, contents: list[str]) -> list[tuple[int, int]]:

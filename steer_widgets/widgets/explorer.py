@@ -23,9 +23,11 @@ import time
 from contextlib import contextmanager
 from typing import Any
 
-from ..errors import RequestError, SteerWidgetsError
+from .. import checks
+from ..arguments import public_methods
+from ..errors import ArgumentError, RequestError, SteerWidgetsError
 from ..results import Completion, SteerResult
-from ..steering import Feature, SteerRequest, Vector
+from ..steering import Feature, SteerRequest, Vector, check_vector
 from .feature_rows import DEFAULT_STRENGTH, FeatureRows
 from .fields import BY_NAME, Controls, defaults
 from .heat_pipeline import HeatJob, HeatPipeline
@@ -36,6 +38,7 @@ from .runner import Runner
 from .streaming import RunLoop
 
 
+@public_methods
 class Explorer:
     """A live steering explorer on ``engine`` (default: ``Engine.default()``).
 
@@ -59,13 +62,14 @@ class Explorer:
         debounce_s: float = 0.15,
         **settings: Any,
     ) -> None:
-        if engine is None:
-            from ..engine import Engine
+        from ..engine import Engine
 
+        if engine is None:
             engine = Engine.default()
-        unknown = set(settings) - set(BY_NAME)
-        if unknown:
-            raise TypeError(f"unknown setting(s) {sorted(unknown)}; known: {sorted(BY_NAME)}")
+        elif not isinstance(engine, Engine):
+            raise RequestError("engine", f"must be an Engine (None: the default), got {engine!r}")
+        _check_settings(settings)
+        _check_options(prompt, chat, features, live, debounce_s)
         self.engine = engine
         self._quiet = 0  # > 0 while several controls change as one
         self._heat_shown: tuple[SteerRequest, dict] | None = None  # what the heatmap colours
@@ -159,7 +163,14 @@ class Explorer:
         return row
 
     def add_concept(self, name: str, vector: Vector) -> int:
-        """Steer with a custom direction (e.g. ``engine.concept_vector(...)``); its row."""
+        """Steer with a custom direction (e.g. ``engine.concept_vector(...)``); its row
+        (-1: refused, and the status line says why)."""
+        try:
+            checks.text("name", name)
+            check_vector(vector, self.engine.model.runtime.hook_widths(), "vector")
+        except RequestError as err:
+            self._fail(err)
+            return -1
         with self._batch():
             return self.features_ui.add_vector(name, vector, self._typical_norm(vector.hook))
 
@@ -185,6 +196,7 @@ class Explorer:
     def set_strength(self, row: int, value: float) -> None:
         """Move a row's slider (as a user would); a value beyond the range widens it."""
         try:
+            self._check_row(row)
             _check_strength(value)
         except RequestError as err:
             self._fail(err)
@@ -193,6 +205,11 @@ class Explorer:
 
     def remove_feature(self, row: int) -> None:
         """Drop a picked feature (or concept) and its slider."""
+        try:
+            self._check_row(row)
+        except RequestError as err:
+            self._fail(err)
+            return
         with self._batch():
             self.features_ui.remove(row)
             self._sync_heat_options()
@@ -206,7 +223,9 @@ class Explorer:
 
         A valid value outside a slider's range widens the slider; an invalid one is refused
         in the status line and leaves its control unchanged. All changes make one run.
+        An unknown name is an ``ArgumentError`` before anything changes.
         """
+        _check_settings(settings, also=("prompt", "chat", "sweep"))
         with self._batch():
             for name, value in settings.items():
                 try:
@@ -220,18 +239,16 @@ class Explorer:
                 raise RequestError("prompt", f"must be text, got {value!r}")
             self.view.prompt.value = value
         elif name == "chat":
-            self.view.mode.value = "chat" if value else "completion"
+            self.view.mode.value = "chat" if checks.flag("chat", value) else "completion"
         elif name == "sweep":
-            values = tuple(value or ())
+            values = () if value is None else tuple(checks.sequence("sweep", value))
             for m in values:
                 _check_strength(m, "sweep")
             self.view.sweep_on.value = bool(values)
             if values:
                 self.view.sweep_text.value = ", ".join(f"{m:g}" for m in values)
-        elif name in BY_NAME:
-            self.controls.set(name, value)
         else:
-            raise TypeError(f"unknown setting {name!r}")
+            self.controls.set(name, value)
 
     def request(self) -> SteerRequest:
         """The request the current controls describe (STEERED only when a feature is picked)."""
@@ -274,6 +291,8 @@ class Explorer:
 
     def wait(self, timeout: float | None = 120.0) -> bool:
         """Block until the current run and its heatmap finished; False on timeout."""
+        if timeout is not None:
+            timeout = checks.number("timeout", timeout, minimum=0)
         deadline = None if timeout is None else time.monotonic() + timeout
         ok = self.runner.wait(timeout)
         left = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -297,7 +316,12 @@ class Explorer:
         return self._result().to_frame()
 
     def show_activations(self, row: int) -> None:
-        """Color the heatmap by the picked feature in ``row``."""
+        """Color the heatmap by the picked feature in ``row`` (a feature's, not a concept's)."""
+        try:
+            checks.integer("row", row, 0, len(self.features) - 1)
+        except RequestError as err:
+            self._fail(err)
+            return
         self.view.heat_feature.value = row
 
     def save_view(self, path) -> dict:
@@ -330,6 +354,12 @@ class Explorer:
         apply_view(self, view)
         if not self.live.value:
             self.run()
+
+    def _check_row(self, row) -> None:
+        rows = len(self.features_ui.rows)
+        if not rows:
+            raise RequestError("row", f"there is no row {row!r}: no feature picked yet")
+        checks.integer("row", row, 0, rows - 1)
 
     # -- control flow --------------------------------------------------------------------
     @contextmanager
@@ -436,6 +466,24 @@ class Explorer:
             return self.engine.feature_index(source)[int(index)]
         except (SteerWidgetsError, IndexError):
             return None
+
+
+def _check_settings(settings: dict, also: tuple[str, ...] = ()) -> None:
+    for name in settings:
+        if name not in BY_NAME and name not in also:
+            known = sorted([*BY_NAME, *also])
+            raise ArgumentError(str(name), f"is not a setting of the explorer; known: {known}")
+
+
+def _check_options(prompt, chat, features, live, debounce_s) -> None:
+    """The explorer's own arguments (each feature is checked as it is added)."""
+    checks.text("prompt", prompt)
+    checks.flag("chat", chat)
+    checks.flag("live", live)
+    checks.number("debounce_s", debounce_s, minimum=0)
+    for i, f in enumerate(checks.sequence("features", features)):
+        if isinstance(f, (str, bytes)) or not isinstance(f, (tuple, list)) or not 2 <= len(f) <= 3:
+            raise RequestError(f"features[{i}]", f"must be (source, index[, strength]), got {f!r}")
 
 
 def _check_strength(value: Any, field: str = "strength") -> None:

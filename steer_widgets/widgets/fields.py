@@ -87,7 +87,7 @@ def defaults() -> dict[str, Any]:
 def check(field: Field, value: Any) -> Any:
     """``value`` as the control's type, or ``RequestError`` if the request could not hold it."""
     if field.kind == "choice":
-        if value not in field.options:
+        if not isinstance(value, str) or value not in field.options:
             raise RequestError(field.name, f"{value!r} is not one of {field.options}")
         return value
     if field.kind == "bool":

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import ipywidgets as widgets
 
+from .. import checks
+from ..arguments import public
 from ..errors import RequestError
 from .fields import LABEL_WIDTH
 from .views import read_view
@@ -31,23 +33,30 @@ def _all() -> dict[str, dict]:
     return {v["name"]: v for v in views}
 
 
+@public
 def presets(model: str | None = None) -> dict[str, str]:
     """The shipped presets as name -> one-line description (only ``model``'s if given).
 
     Load one with ``Explorer.from_preset(name)``, or pick it in the explorer's preset menu.
     """
+    if model is not None:
+        checks.text("model", model)
     return {n: v["description"] for n, v in _all().items() if model in (None, v["model"])}
 
 
+@public
 def preset_view(name: str, engine=None) -> dict:
     """The saved view of preset ``name``; checks it was made for ``engine``'s model."""
     views = _all()
-    if name not in views:
+    if not isinstance(name, str) or name not in views:
         raise RequestError("preset", f"{name!r} is not a preset; presets: {sorted(views)}")
     view = views[name]
-    if engine is not None and engine.model.name != view["model"]:
+    model = getattr(getattr(engine, "model", None), "name", None)
+    if engine is not None and model is None:
+        raise RequestError("engine", f"must be an Engine, got {engine!r}")
+    if engine is not None and model != view["model"]:
         raise RequestError(
-            "preset", f"{name!r} was made for {view['model']}, not {engine.model.name}"
+            "preset", f"{name!r} was made for {view['model']}, not {model}"
         )
     return json.loads(json.dumps(view))  # a copy: callers may change it
 

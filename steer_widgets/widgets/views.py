@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 
+from .. import checks
 from ..errors import RequestError
 from ..steering import SteerRequest, Vector
 
@@ -21,6 +22,7 @@ VIEW_VERSION = 1
 
 def save_view(explorer, path: str | Path) -> dict:
     """Write the explorer's current view to ``path``; returns the dict written."""
+    target = checks.path("path", path)
     req = explorer.request()
     rows = explorer.features_ui.rows
     view = {
@@ -36,7 +38,10 @@ def save_view(explorer, path: str | Path) -> dict:
         },
         "outputs_match_request": explorer.request_done == req,
     }
-    Path(path).write_text(json.dumps(view, indent=1))
+    try:
+        target.write_text(json.dumps(view, indent=1))
+    except OSError as err:
+        raise RequestError("path", f"cannot write {str(target)!r}: {err.strerror}") from None
     return view
 
 
@@ -54,10 +59,29 @@ SETTINGS = (
 
 def read_view(source: str | Path | dict) -> dict:
     """A saved view from a file (or an already-read dict), checked for its format."""
-    view = source if isinstance(source, dict) else json.loads(Path(source).read_text())
-    if view.get("steer_widgets_view") != VIEW_VERSION:
+    view = source if isinstance(source, dict) else _read_json(checks.path("path", source))
+    if not isinstance(view, dict) or view.get("steer_widgets_view") != VIEW_VERSION:
         raise RequestError("view", f"{source} is not a steer_widgets view (version {VIEW_VERSION})")
+    for key, kind in (("prompt", str), ("chat", bool), ("request", dict)):
+        if not isinstance(view.get(key), kind):
+            raise RequestError(f"view.{key}", f"must be a {kind.__name__}, got {view.get(key)!r}")
+    if not isinstance(view.get("live", True), bool):
+        raise RequestError("view.live", f"must be a bool, got {view['live']!r}")
+    concepts = view.get("concepts", [])
+    if not isinstance(concepts, list) or not all(isinstance(c, str) for c in concepts):
+        raise RequestError("view.concepts", f"must be a list of names, got {concepts!r}")
+    if not isinstance(view.get("outputs", {}), dict):
+        raise RequestError("view.outputs", f"must be a dict, got {view['outputs']!r}")
     return view
+
+
+def _read_json(path: Path):
+    try:
+        return json.loads(path.read_text())
+    except OSError as err:
+        raise RequestError("path", f"cannot read {str(path)!r}: {err.strerror}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise RequestError("path", f"{str(path)!r} is not JSON: {err}") from None
 
 
 def load_view(cls, source: str | Path | dict, engine=None, **kwargs):
