@@ -8,18 +8,21 @@ result again with full forward passes over its text (no KV cache):
   the unsteered model over the steered text (cached per text);
 * attribution needs gradients, so it runs a differentiable copy of the same forward: the
   fast runtime with its torch norm and rotary ops instead of the compiled ones, and the
-  compiled matrix kernel kept for the forward values but given a backward (``g @ W`` read
-  from the packed weight). It costs one forward with autograd plus one backward from the
-  token down to the earliest hook asked about (weights never get gradients). A
+  compiled matrix kernel kept for the forward values but given a backward (``g @ W`` with
+  ``W`` unpacked once and kept: up to the model's fp32 size again). A reading costs one
+  forward with autograd plus one backward from the token down to the earliest hook asked
+  about (weights never get gradients); ``steps=3`` takes four readings, about 1 s for a
+  70-token text steered at layer 12 of the default model on two loaded cores. A
   TransformerLens runtime is plain torch and runs as it is.
 
 Attribution patching: a share is the gradient of the token's log-probability with respect
 to the hook activation, times what a row (or a feature's change) added there, summed over
 positions. For SAE features the gradient is read at the steered run. For steering rows it is
-integrated along the straight path from unsteered to steered (``steps=4``: five readings with
-Simpson weights, see ``path_points``), because a strong push saturates the softmax and the
-gradient at the steered end alone can miss most of the gain (measured: 2.2 of 6.7 nats on a
-planted token; 6.73 with the path); ``steps=1`` is the plain one-reading version. Each row
+integrated along the straight path from unsteered to steered (``steps=3``: three readings at
+Gauss-Legendre nodes, see ``path_points``, plus one at the steered run), because a strong
+push saturates the softmax and the gradient at the steered end alone can miss most of the
+gain (measured: 2.2 of 6.7 nats on a planted token; 6.69 with the path); ``steps=1`` is the
+plain one-reading version. Each row
 is also removed for real (one more forward), and ``ablate=True`` does the same for each listed
 SAE feature (its activation set back to the unsteered run's, at every position), so the
 first-order numbers can be checked against measured ones (``agreement``).
@@ -50,8 +53,16 @@ Hooks = dict[str, Callable]
 # ------------------------------------------------------------------------------ results
 
 
-def _pct(p: float) -> str:
-    return f"{100 * p:.1f}%" if p >= 0.001 else f"{100 * p:.1e}%"
+def effect_line(p_unsteered: float, p_steered: float) -> str:
+    """ "steering raised this token from 0.2% to 41%" (completions.js writes the same)."""
+    if abs(p_steered - p_unsteered) < 5e-4 * max(p_steered, p_unsteered, 1e-12):
+        return f"steering left this token at {_pct(p_steered)}"
+    verb = "raised" if p_steered > p_unsteered else "lowered"
+    return f"steering {verb} this token from {_pct(p_unsteered)} to {_pct(p_steered)}"
+
+
+def _pct(q: float) -> str:
+    return f"{100 * q:.1f}%" if q >= 0.001 else f"{100 * q:.1e}%"
 
 
 @dataclass(frozen=True)
@@ -73,11 +84,8 @@ class SteeringEffect:
 
     def describe(self, position: int) -> str:
         """One line for a token, e.g. "steering raised this token from 0.2% to 41%"."""
-        s, u = math.exp(self.logprob_steered[position]), math.exp(self.logprob_unsteered[position])
-        if abs(self.logprob_steered[position] - self.logprob_unsteered[position]) < 1e-3:
-            return f"steering left this token at {_pct(s)}"
-        verb = "raised" if s > u else "lowered"
-        return f"steering {verb} this token from {_pct(u)} to {_pct(s)}"
+        s, u = self.logprob_steered[position], self.logprob_unsteered[position]
+        return effect_line(math.exp(u), math.exp(s))
 
     def frame(self):
         import pandas as pd
@@ -260,7 +268,7 @@ class Explainer:
         source: str | Sequence[str] | None = None,
         n: int = 10,
         ablate: bool = False,
-        steps: int = 4,
+        steps: int = 3,
     ) -> Attribution:
         case = self._case(result, label)
         _check_position(position, len(case.completion.token_ids))
@@ -380,9 +388,27 @@ def _check_position(position, n: int) -> None:
 # ------------------------------------------------------------------------------ gradients
 
 
+_DENSE: dict[int, Tensor] = {}  # id(packed weight) -> its [N, K] copy, for the backward
+_DENSE_LOCK = threading.Lock()
+
+
+def dense_weight(lin) -> Tensor:
+    """``W`` [N, K] of a native-kernel ``Linear``, unpacked from its [N/16, K, 16] blocks on
+    first use and kept: the backward's ``g @ W`` is then one plain matrix product (reading
+    the packed blocks directly cost 4x more). Attribution holds at most one dense copy of the
+    weights it backpropagates through (at most the model's fp32 size)."""
+    key = id(lin.packed)
+    with _DENSE_LOCK:
+        w = _DENSE.get(key)
+        if w is None:
+            w = lin.packed.transpose(1, 2).reshape(-1, lin.in_features)[: lin.out_features]
+            w = _DENSE[key] = w.contiguous()
+    return w
+
+
 class _NativeLinear(torch.autograd.Function):
     """The compiled kernel's forward (the same values generation computes) with a backward
-    for the input only: ``g @ W``, read from the packed [N/16, K, 16] weight."""
+    for the input only: ``g @ W`` (``dense_weight``)."""
 
     @staticmethod
     def forward(ctx, x: Tensor, lin) -> Tensor:
@@ -391,11 +417,7 @@ class _NativeLinear(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, g: Tensor):
-        lin = ctx.lin
-        blocks = lin.packed.shape[0]
-        g = torch.nn.functional.pad(g, (0, blocks * 16 - lin.out_features))
-        g = g.reshape(*g.shape[:-1], blocks, 16)
-        return torch.einsum("...bj,bkj->...k", g, lin.packed), None
+        return g @ dense_weight(ctx.lin), None
 
 
 class _DenseLinear(torch.autograd.Function):
@@ -464,18 +486,17 @@ def _attribute(ex: Explainer, case: _Case, position: int, sources, n, ablate, st
 
 
 def path_points(steps: int) -> list[tuple[float, float]]:
-    """Where on the path from unsteered (0) to steered (1) the gradient is read, and each
-    reading's weight: the steered point alone for ``steps=1`` (attribution patching), else
-    ``steps + 1`` points with composite Simpson weights (``steps`` even) or trapezoid ones."""
+    """Where on the path from unsteered (0) to steered (1) the rows' gradient is read, and
+    each reading's weight: the steered point alone for ``steps=1`` (attribution patching),
+    else ``steps`` Gauss-Legendre nodes (exact for a gain polynomial of degree 2 steps - 1:
+    measured on eight planted and feature cases, 3 nodes keep the shares' sum within 13%
+    of the gain, 2 within 75%, Simpson on 3 points within 64%)."""
     if steps == 1:
         return [(1.0, 1.0)]
-    h = 1.0 / steps
-    if steps % 2 == 0:
-        inner = [4.0 if k % 2 else 2.0 for k in range(1, steps)]
-        weights = [h / 3 * w for w in [1.0, *inner, 1.0]]
-    else:
-        weights = [h * (0.5 if k in (0, steps) else 1.0) for k in range(steps + 1)]
-    return [(k * h, w) for k, w in enumerate(weights)]
+    import numpy as np
+
+    nodes, weights = np.polynomial.legendre.leggauss(steps)
+    return [(float((x + 1) / 2), float(w / 2)) for x, w in zip(nodes, weights, strict=True)]
 
 
 def _gradients(ex: Explainer, case: _Case, prefix, target: int, sae_hooks: set, steps: int):
@@ -486,7 +507,10 @@ def _gradients(ex: Explainer, case: _Case, prefix, target: int, sae_hooks: set, 
     tokens = torch.tensor([list(prefix)], device=ex.engine.model.runtime.device)
     names = sae_hooks | {d.hook for d in case.directions}
     path: dict[str, Tensor] = {}
-    for scale, weight in path_points(steps):
+    points = path_points(steps)
+    if points[-1][0] != 1.0:  # the features' gradient is read at the steered run
+        points.append((1.0, 0.0))
+    for scale, weight in points:
         seen: dict[str, Tensor] = {}
         ins: dict[str, Tensor] = {}
         ops = ex.ops(case, case.directions, scale)
@@ -764,3 +788,25 @@ def _ranks(x: Sequence[float]) -> Tensor:
         same = t == v
         ranks[same] = ranks[same].mean()
     return ranks
+
+
+# ------------------------------------------------------------------------------ concepts
+
+
+def projection(engine, prompt, completion, vector) -> tuple:
+    """Per token of ``prompt`` (+ ``completion``), the residual at ``vector.hook`` projected
+    on the vector's unit direction (what a concept heatmap shows; BOS zeroed): ``(Text,
+    values)``. Difference-in-means directions are good concept detectors (AxBench)."""
+    from .activations import residuals
+
+    direction = torch.as_tensor(vector.vector, dtype=torch.float32).flatten()
+    norm = direction.norm()
+    if not torch.isfinite(norm) or norm == 0:
+        raise RequestError("vector", "has zero or non-finite norm: no direction to project on")
+    text = engine.text(prompt, completion)
+    runtime = engine.model.runtime
+    resid = residuals(runtime, engine.residual_cache, text.ids, [vector.hook])[vector.hook]
+    values = resid @ (direction / norm)
+    if text.ids and text.ids[0] == engine.tokenizer.bos_id:
+        values[0] = 0.0
+    return text, [float(v) for v in values]
