@@ -28,6 +28,44 @@ class SourceError(SteerWidgetsError, ValueError):
         super().__init__(f"SAE source {source!r}: {problem}")
 
 
+class SourceNotFound(SourceError, LookupError):
+    """No such SAE: a release or id not in SAE Lens' registry, or a repo or file the hub
+    does not have; the message names the nearest known ids."""
+
+
+class SourceUnsupported(SourceError):
+    """An SAE we do not read: a transcoder, or an SAE Lens loader whose SAEs do not read and
+    write one hook."""
+
+
+class SourceModelMismatch(SourceError):
+    """An SAE trained on another model than the one loaded."""
+
+
+class SourceUnavailable(SourceError, ConnectionError):
+    """An SAE that needs the network (not in the hub cache, offline) or a licence (gated)."""
+
+
+class ModelError(SteerWidgetsError, OSError):
+    """A model cannot be loaded by the name given; ``model`` is that name."""
+
+    def __init__(self, model: str, problem: str) -> None:
+        self.model, self.problem = model, problem
+        super().__init__(f"model {model!r}: {problem}")
+
+
+class ModelNotFound(ModelError, LookupError):
+    """Neither the hub nor TransformerLens knows the name (nearest names suggested)."""
+
+
+class ModelGated(ModelError, PermissionError):
+    """The hub repo is gated: accept its licence on the hub and log in (``hf auth login``)."""
+
+
+class ModelUnavailable(ModelError, ConnectionError):
+    """The model is not in the hub cache and the hub cannot be reached (or ``HF_HUB_OFFLINE``)."""
+
+
 class RemoteError(SteerWidgetsError):
     """A remote model server (``Engine.remote``) failed; ``url`` says which one.
 

@@ -9,13 +9,18 @@ unless the caller names a model that is not on disk.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from . import hub
+from .arguments import public
+from .errors import ModelError, ModelGated, ModelNotFound, ModelUnavailable, RequestError
 from .linear import DEFAULT_KERNEL
 from .paths import cache_dir
 from .runtime import Runtime
@@ -34,6 +39,7 @@ class LoadedModel:
     runtime: Runtime
     tokenizer: Tokenizer
     source_dir: Path | None = None  # folder with config + safetensors (for baselines)
+    hub_id: str | None = None  # the hub repo it came from (SAE releases name their model so)
 
 
 def gguf_path() -> Path:
@@ -50,6 +56,7 @@ def gguf_path() -> Path:
     return path
 
 
+@public
 def load_model(
     name: str = DEFAULT_MODEL,
     device: str | Sequence[str] = "cpu",
@@ -72,22 +79,48 @@ def load_model(
     compiler is found) also shares one pass among rows; "rows" gives each row its own
     matrix-vector product. GPUs always use "rows".
     """
-    if backend not in ("auto", "fast", "transformer_lens"):
-        raise ValueError(f"backend must be 'auto', 'fast' or 'transformer_lens', got {backend!r}")
+    _check_load(name, device, dtype, backend, kernel)
+    hub_id: str | None = None
     if name == DEFAULT_MODEL:
-        folder = default_model_dir()
+        folder, hub_id = default_model_dir(), DEFAULT_MODEL
     elif Path(name).is_dir():
         folder = Path(name)
-    elif backend == "transformer_lens" or (hub := _fast_hub_name(name)) is None:
-        return _load_transformer_lens(name, device, dtype)
     else:
-        folder = _download(hub)
+        hub_id, config = resolve_hub(name)
+        if backend == "transformer_lens" or config is None or fast_config(config) is None:
+            return _load_transformer_lens(name, hub_id, device, dtype)
+        folder = _download(name, hub_id)
     if backend == "transformer_lens":
         from .tl_runtime import TransformerLensRuntime, hooked_llama
 
         runtime = TransformerLensRuntime(hooked_llama(folder, _one_device(device), dtype))
-        return LoadedModel(name, runtime, Tokenizer.from_folder(folder), folder)
-    return _load_folder(name, folder, device, dtype, kernel)
+        return LoadedModel(name, runtime, Tokenizer.from_folder(folder), folder, hub_id)
+    loaded = _load_folder(name, folder, device, dtype, kernel)
+    loaded.hub_id = hub_id
+    return loaded
+
+
+BACKENDS = ("auto", "fast", "transformer_lens")
+
+
+def _check_load(name, device, dtype, backend, kernel) -> None:
+    """Every argument of ``load_model``, before anything is read or downloaded."""
+    if not isinstance(name, (str, os.PathLike)) or not str(name).strip():
+        raise RequestError("name", f"must be a model name or a folder, got {name!r}")
+    if not isinstance(backend, str) or backend not in BACKENDS:
+        raise RequestError("backend", f"must be one of {BACKENDS}, got {backend!r}")
+    devices = [device] if isinstance(device, str) else device
+    if isinstance(device, bytes) or not isinstance(devices, Sequence) or not devices:
+        raise RequestError("device", f"must be a device name or a list of them, got {device!r}")
+    for d in devices:
+        try:
+            torch.device(d.replace("auto", "cpu"))
+        except (AttributeError, TypeError, RuntimeError, ValueError):
+            raise RequestError("device", f"{d!r} is not a torch device") from None
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise RequestError("dtype", f"must be a floating torch.dtype, got {dtype!r}")
+    if not isinstance(kernel, str):
+        raise RequestError("kernel", f"must be a kernel name, got {kernel!r}")
 
 
 def _one_device(device: str | Sequence[str]) -> str:
@@ -112,33 +145,93 @@ def fast_config(config) -> TransformerConfig | None:
         return None
 
 
-def _fast_hub_name(name: str) -> str | None:
-    """The hub name to download when ``name`` (a hub name, or a TransformerLens name such as
-    ``gpt2-small``) is an architecture the fast runtime runs; ``None`` otherwise."""
+def resolve_hub(name: str):
+    """(hub repo id, transformers config) for a hub name or a TransformerLens name (tried as
+    given first: TransformerLens costs seconds to import). The config is ``None`` for a repo
+    without ``config.json`` that TransformerLens loads its own way. A named ``ModelError``
+    when neither the hub (or its cache) nor TransformerLens knows the name."""
     from transformers import AutoConfig
 
-    for candidate in (name, _tl_official_name(name)):
-        if candidate is None:
-            continue
+    causes: dict[str, str | None] = {}
+    for repo_id in _candidates(name):
         try:
-            config = AutoConfig.from_pretrained(candidate)
-        except Exception:  # offline or unknown: let TransformerLens say what it knows
+            path = _hub_file(repo_id, "config.json")
+        except Exception as err:  # noqa: BLE001 - classified below, re-raised if unknown
+            causes[repo_id] = hub.cause(err)
+            if causes[repo_id] is None:
+                raise
+            if causes[repo_id] == hub.GATED:
+                raise ModelGated(name, hub.gated_note(repo_id)) from err
             continue
-        return candidate if fast_config(config) is not None else None
-    return None
+        return repo_id, AutoConfig.from_pretrained(Path(path).parent)
+    if hub.OFFLINE in causes.values():
+        raise ModelUnavailable(name, hub.offline_note() + _local_hint())
+    official = _tl_official_name(name)
+    if official is not None:  # on the hub without config.json: TransformerLens' own loader
+        return official, None
+    raise ModelNotFound(name, f"no hub repo or TransformerLens model by that name{_near_tl(name)}")
 
 
-def _tl_official_name(name: str) -> str | None:
+def _candidates(name: str):
+    yield name
+    official = _tl_official_name(name)
+    if official is not None:
+        yield official
+
+
+def _hub_file(repo_id: str, filename: str) -> str:
+    from huggingface_hub import hf_hub_download
+
+    return hf_hub_download(repo_id, filename)
+
+
+def _local_hint() -> str:
+    return (
+        f" Connect to the network, or pass a folder with config.json and *.safetensors of one "
+        f"of {', '.join(ARCHITECTURES)}; the offline default is {DEFAULT_MODEL}."
+    )
+
+
+def _near_tl(name: str) -> str:
+    try:
+        from transformer_lens.loading_from_pretrained import MODEL_ALIASES, OFFICIAL_MODEL_NAMES
+    except Exception:  # noqa: BLE001 - TransformerLens missing: no suggestions
+        return ""
+    from .releases import suggest
+
+    aliases = [a for names in MODEL_ALIASES.values() for a in names]
+    return suggest(name, list(OFFICIAL_MODEL_NAMES) + aliases)
+
+
+@functools.lru_cache(maxsize=256)
+def tl_official_name(name: str) -> str | None:
+    """TransformerLens' hub name for one of its names (``gpt2-small`` -> ``gpt2``), or
+    ``None`` when TransformerLens does not know it."""
     try:
         from transformer_lens.loading_from_pretrained import get_official_model_name
 
-        official = get_official_model_name(name)
-    except Exception:  # TransformerLens missing, or a name it does not know
+        return get_official_model_name(name)
+    except Exception:  # noqa: BLE001 - TransformerLens missing, or a name it does not know
         return None
+
+
+def _tl_official_name(name: str) -> str | None:
+    official = tl_official_name(name)
     return official if official != name else None
 
 
-def _load_transformer_lens(name: str, device, dtype: torch.dtype) -> LoadedModel:
+def same_model(a: str, b: str) -> bool:
+    """Whether two model names (hub or TransformerLens names) name one model; an SAE for a
+    base model fits its instruction-tuned ``-it`` variant too (Gemma Scope on Gemma 2 IT)."""
+    if a.lower() == b.lower():
+        return True
+    x, y = ((tl_official_name(n) or n).lower() for n in (a, b))
+    return x == y or x == y.removesuffix("-it") or y == x.removesuffix("-it")
+
+
+def _load_transformer_lens(
+    name: str, hub_id: str | None, device, dtype: torch.dtype
+) -> LoadedModel:
     from .tl_runtime import TransformerLensRuntime
 
     try:
@@ -150,14 +243,20 @@ def _load_transformer_lens(name: str, device, dtype: torch.dtype) -> LoadedModel
             name, device=_one_device(device), dtype=dtype
         )
     except Exception as err:  # offline, unknown name, gated model
-        raise OSError(
-            f"model {name!r} is neither the offline default ({DEFAULT_MODEL}) nor a local "
-            f"folder, and TransformerLens could not load it ({type(err).__name__}: {err}). "
-            "Connect to the network, or pass a folder with config.json and *.safetensors "
-            f"of one of {', '.join(ARCHITECTURES)}."
-        ) from err
+        raise _hub_error(name, hub_id or name, err, "TransformerLens could not load it") from err
     tokenizer = Tokenizer(model.tokenizer, prepend_bos=bool(model.cfg.default_prepend_bos))
-    return LoadedModel(name, TransformerLensRuntime(model), tokenizer, None)
+    return LoadedModel(name, TransformerLensRuntime(model), tokenizer, None, hub_id)
+
+
+def _hub_error(name: str, repo_id: str, err: Exception, what: str) -> ModelError:
+    """The named error for a failed hub call (gated, offline, missing, other)."""
+    why = hub.cause(err)
+    if why == hub.GATED:
+        return ModelGated(name, hub.gated_note(repo_id))
+    if why == hub.OFFLINE:
+        return ModelUnavailable(name, hub.offline_note() + _local_hint())
+    cls = ModelNotFound if why == hub.MISSING else ModelError
+    return cls(name, f"{what} ({type(err).__name__}: {err}).{_local_hint()}")
 
 
 def default_model_dir() -> Path:
@@ -193,21 +292,20 @@ def _convert_gguf(path: Path, folder: Path) -> None:
         bar.update()
 
 
-def _download(name: str) -> Path:
+def _download(name: str, repo_id: str) -> Path:
+    """The repo's snapshot folder (weights, configs, tokenizer), downloaded once into the hub
+    cache; offline, the cached snapshot."""
     try:
         from huggingface_hub import snapshot_download
 
         return Path(
             snapshot_download(
-                name, allow_patterns=["*.json", "*.safetensors", "*.model", "merges.txt"]
+                repo_id,
+                allow_patterns=["*.json", "*.safetensors", "*.model", "merges.txt", "*.jinja"],
             )
         )
     except Exception as err:  # offline, unknown name, gated model
-        raise OSError(
-            f"model {name!r} is neither the offline default ({DEFAULT_MODEL}) nor a local "
-            f"folder, and downloading it failed ({type(err).__name__}: {err}). "
-            "Pass a folder with config.json and *.safetensors, or connect to the network."
-        ) from err
+        raise _hub_error(name, repo_id, err, "downloading it failed") from err
 
 
 def _load_folder(

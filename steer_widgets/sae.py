@@ -57,6 +57,7 @@ class SAEConfig:
     prepend_bos: bool = True
     model_name: str | None = None
     model_kwargs: Mapping = field(default_factory=dict, hash=False)
+    neuronpedia_id: str | None = None  # "model/source" of its Neuronpedia pages
     view: HookView = HookView()  # set by the store once it knows the model
 
     @property
@@ -111,6 +112,7 @@ class SAEConfig:
             prepend_bos=meta.get("prepend_bos") is not False,
             model_name=meta.get("model_name"),
             model_kwargs=dict(meta.get("model_from_pretrained_kwargs") or {}),
+            neuronpedia_id=meta.get("neuronpedia_id") or None,
         )
 
 

@@ -23,6 +23,7 @@ from torch import Tensor
 
 from .errors import RequestError, SourceError
 from .hook_view import view_for
+from .releases import fetch
 from .sae import CONFIG_FILE, SAE, SAEConfig, check_weights_header, read_tensors
 
 DEFAULT_BUDGET = 512 * 2**20
@@ -48,6 +49,7 @@ class SAEStore:
     fit the model is refused when it is added, not in the middle of a request.
     ``centres_writes``: the model is one where TransformerLens' ``center_writing_weights``
     acts (pre-LayerNorm), so SAEs trained with it read centred values (see ``hook_view``).
+    ``model_id``: the loaded model's hub id; an SAE Lens release for another model is refused.
     """
 
     def __init__(
@@ -55,8 +57,10 @@ class SAEStore:
         hook_widths: Mapping[str, int],
         budget_bytes: int = DEFAULT_BUDGET,
         centres_writes: bool = False,
+        model_id: str | None = None,
     ):
         self.hook_widths = dict(hook_widths)
+        self.model_id = model_id
         self.budget_bytes = budget_bytes
         self.centres_writes = centres_writes
         self._configs: dict[str, SAEConfig] = {}
@@ -75,7 +79,7 @@ class SAEStore:
         """
         folder = Path(location)
         if not folder.is_dir():
-            folder = _fetch_release(str(location), source)
+            folder = fetch(str(location), source, self.model_id)
         cfg = SAEConfig.read(source or folder.name, folder)
         return self._register(replace(cfg, source=source or _default_name(folder, cfg.layer)))
 
@@ -261,31 +265,3 @@ def _default_name(folder: Path, layer: int | None) -> str:
 def _layer_key(path: Path) -> tuple:
     head = path.parent.name.split("-")[0]
     return (int(head) if head.isdigit() else 10**9, path.parent.name)
-
-
-def _fetch_release(location: str, source: str | None) -> Path:
-    """Download an SAE Lens pretrained SAE (``release/sae_id``) into an SAE Lens folder."""
-    name = source or location
-    if "/" not in location:
-        raise SourceError(
-            name, f"{location!r} is neither a folder nor an SAE Lens 'release/sae_id'"
-        )
-    release, sae_id = location.split("/", 1)
-    try:
-        from sae_lens import SAE as LensSAE
-    except ImportError as err:  # pragma: no cover - sae-lens is a dependency
-        raise SourceError(name, "SAE Lens releases need the sae-lens package") from err
-    from .paths import cache_dir
-
-    folder = cache_dir() / "saes" / release / sae_id.replace("/", "__")
-    if (folder / CONFIG_FILE).exists():
-        return folder
-    try:
-        sae = LensSAE.from_pretrained(release, sae_id, device="cpu")
-        sae = sae[0] if isinstance(sae, tuple) else sae
-        sae.save_model(folder)
-    except Exception as err:  # network, unknown release or id
-        raise SourceError(
-            name, f"could not load SAE Lens release {release!r} id {sae_id!r}: {err}"
-        ) from err
-    return folder
