@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 import anywidget
 import traitlets
 
+from ..explain import effect_line
 from ..results import Completion
 from . import assets
 from .token_probs import hover_rows
@@ -28,6 +29,11 @@ class Completions(anywidget.AnyWidget):
     ``diverge`` is, for a steered pane, the first token position where it departs from
     DEFAULT (-1 while they agree); DEFAULT's own is always -1. ``stale`` says why the panes
     no longer match the controls ("" while they do).
+
+    Why the text changed (filled by ``explain_panel``): ``effects`` maps a label to its
+    tokens' ``p_steered``, ``p_unsteered`` and ``effect`` (nats), drawn as colours while
+    ``effect_on``; clicking a token sets ``selected`` (``{label, position}``) and the
+    attribution table of that token arrives in ``attribution``.
     """
 
     _esm = traitlets.Unicode(assets.esm("completions")).tag(sync=True)
@@ -35,6 +41,21 @@ class Completions(anywidget.AnyWidget):
     prompt = traitlets.Unicode("").tag(sync=True)
     panes = traitlets.List(traitlets.Dict()).tag(sync=True)
     stale = traitlets.Unicode("").tag(sync=True)
+    effect_on = traitlets.Bool(False).tag(sync=True)
+    effects = traitlets.Dict({}).tag(sync=True)
+    selected = traitlets.Dict({}).tag(sync=True)
+    attribution = traitlets.Dict({}).tag(sync=True)
+
+    def select(self, label: str, position: int) -> None:
+        """Click token ``position`` of pane ``label`` (its attribution table opens)."""
+        self.selected = {"label": label, "position": int(position)}
+
+    def effect_text(self, label: str, position: int) -> str:
+        """The hover line of a token while effects are shown, as the browser writes it."""
+        e = self.effects.get(label)
+        if not e:
+            return ""
+        return effect_line(e["p_unsteered"][position], e["p_steered"][position])
 
     def text(self, label: str) -> str:
         """The text a pane shows (its tokens joined), e.g. ``text("STEERED")``."""
@@ -53,6 +74,17 @@ class Completions(anywidget.AnyWidget):
             if p["label"] == label:
                 return p
         raise KeyError(label)
+
+
+def effect_state(effect) -> dict:
+    """A ``SteeringEffect`` as the JSON the panes colour by (rounded: small saved state)."""
+    import math
+
+    return {
+        "p_steered": [round(math.exp(x), 6) for x in effect.logprob_steered],
+        "p_unsteered": [round(math.exp(x), 6) for x in effect.logprob_unsteered],
+        "effect": [round(x, 4) for x in effect.effect],
+    }
 
 
 def divergence(ids: Sequence[int], reference: Sequence[int], reference_done: bool) -> int:

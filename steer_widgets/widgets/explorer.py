@@ -28,9 +28,10 @@ from ..arguments import public_methods
 from ..errors import ArgumentError, RequestError, SteerWidgetsError
 from ..results import Completion, SteerResult
 from ..steering import Feature, SteerRequest, Vector, check_vector
+from .explain_panel import ExplainPanel
 from .feature_rows import DEFAULT_STRENGTH, FeatureRows
 from .fields import BY_NAME, Controls, defaults
-from .heat_pipeline import HeatJob, HeatPipeline
+from .heat_pipeline import HeatJob, HeatPipeline, heat_job
 from .layout import Layout
 from .picker import FeaturePicker
 from .presets import PresetMenu
@@ -85,6 +86,10 @@ class Explorer:
         self.ui, self.completions, self.heatmap = v.ui, v.completions, v.heatmap
         self.status_line, self.record_box, self.live = v.status_line, v.record_box, v.live
         self.heat = HeatPipeline(engine, self.heatmap, self._fail)
+        # why the text changed: effect colouring, a token's attribution, "what changed"
+        self.explain = ExplainPanel(
+            engine, self.completions, self.heatmap, self._heat_of, self._fail
+        )
         self.runs = RunLoop(
             engine, self.completions, self.status_line, self.request, self._submit_heat,
             lambda err: self._fail(err, run_failed=True),
@@ -172,7 +177,9 @@ class Explorer:
             self._fail(err)
             return -1
         with self._batch():
-            return self.features_ui.add_vector(name, vector, self._typical_norm(vector.hook))
+            row = self.features_ui.add_vector(name, vector, self._typical_norm(vector.hook))
+            self._sync_heat_options()
+            return row
 
     def _default_prompt_multiplier(self) -> float:
         """The engine's recommendation, where it has one (1: the reference tools' steering)."""
@@ -296,7 +303,7 @@ class Explorer:
         deadline = None if timeout is None else time.monotonic() + timeout
         ok = self.runner.wait(timeout)
         left = None if deadline is None else max(0.0, deadline - time.monotonic())
-        return self.heat.wait(left) and ok
+        return self.heat.wait(left) and self.explain.wait(left) and ok
 
     @property
     def status(self) -> str:
@@ -407,21 +414,34 @@ class Explorer:
             self.status_line.error = str(err)
 
     # -- heatmap -------------------------------------------------------------------------
-    def _heat_choice(self) -> Feature | None:
+    def _heat_choice(self) -> Feature | tuple[str, Vector] | None:
+        """The menu's choice: a feature, or a concept row's ``(name, Vector)``."""
         i = self.view.heat_feature.value
+        if isinstance(i, tuple):  # ("concept", j): the residual's projection on its vector
+            concepts = self._concept_rows()
+            return concepts[i[1]] if i[1] < len(concepts) else None
         feats = self.features
         return feats[i] if i is not None and 0 <= i < len(feats) else None
+
+    def _concept_rows(self) -> list[tuple[str, Vector]]:
+        return [(r.name, r.vector) for r in self.features_ui.rows if r.vector is not None]
 
     def _sync_heat_options(self) -> None:
         menu = self.view.heat_feature
         current = menu.value
         options = [(f"{f.source} #{f.index}", i) for i, f in enumerate(self.features)]
+        options += [
+            (f"concept {n}", ("concept", j)) for j, (n, _) in enumerate(self._concept_rows())
+        ]
         menu.options = options
         if options:
-            menu.value = current if current is not None and current < len(options) else 0
+            values = [v for _, v in options]
+            menu.value = current if current in values else values[0]
 
     def _submit_heat(self, req: SteerRequest, outputs: dict, final: bool, run: dict) -> None:
         """Hand the shown outputs to the heatmap worker; never waits for it."""
+        if final and run:  # a run finished (not a recolouring): effects, "what changed"
+            self.explain.shown(req, outputs)
         choice = self._heat_choice()
         if choice is None:
             self.heat.clear("pick a feature to see its activations")
@@ -431,7 +451,7 @@ class Explorer:
             run["heat_at"] = at
 
         self._heat_shown = (req, outputs)
-        self.heat.submit(HeatJob(req.prompt, outputs, choice.source, choice.index, final, shown))
+        self.heat.submit(heat_job(req.prompt, outputs, choice, final, shown))
 
     def _recolor(self) -> None:
         """Another feature for the heatmap: recolor what the panes show, no new run."""
@@ -439,6 +459,12 @@ class Explorer:
             return  # the running run's next frame uses the new choice
         req, outputs = self._heat_shown
         self._submit_heat(req, outputs, True, {})
+
+    def _heat_of(self, source: str, index: int) -> None:
+        """Heatmap of any feature (a "what changed" row) over what the panes show."""
+        if self._heat_shown is not None:
+            req, outputs = self._heat_shown
+            self.heat.submit(HeatJob(req.prompt, outputs, source, index))
 
     # -- records -------------------------------------------------------------------------
     def _result(self) -> SteerResult:

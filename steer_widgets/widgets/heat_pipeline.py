@@ -17,7 +17,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import SteerWidgetsError
+from ..explain import projection
 from ..results import Completion
+from ..steering import Feature, Vector
 from .heatmap import Heatmap, heat_row
 
 TOP_K = 5  # top features per token kept in the heatmap state
@@ -26,7 +28,8 @@ HEAT_LABELS = ("DEFAULT", "STEERED")  # sweep rows stay text-only: one forward p
 
 @dataclass(frozen=True)
 class HeatJob:
-    """Colour ``outputs`` of ``prompt`` by feature ``index`` of ``source``."""
+    """Colour ``outputs`` of ``prompt`` by feature ``index`` of ``source``, or (with
+    ``vector``, a concept row) by the residual's projection on that vector's direction."""
 
     prompt: Any
     outputs: Mapping[str, Completion]
@@ -34,10 +37,28 @@ class HeatJob:
     index: int
     final: bool = True  # the panes will not change any more for this run
     on_shown: Callable[[float], None] | None = field(default=None, compare=False)
+    vector: Vector | None = None
+    name: str = ""  # the concept's name, for the title
+
+    @property
+    def title(self) -> str:
+        if self.vector is not None:
+            return f"projection on concept {self.name} ({self.vector.hook})"
+        return f"activation of {self.source} #{self.index}"
+
+
+def heat_job(prompt, outputs, choice: Feature | tuple[str, Vector], final=True, on_shown=None):
+    """The job for a heatmap choice: a ``Feature``, or a concept's ``(name, Vector)``."""
+    if isinstance(choice, Feature):
+        return HeatJob(prompt, outputs, choice.source, choice.index, final, on_shown)
+    name, vector = choice
+    return HeatJob(prompt, outputs, "", -1, final, on_shown, vector, name)
 
 
 def heat_rows(engine, job: HeatJob, top_k: int = TOP_K) -> list[dict]:
     """Prompt, DEFAULT and STEERED rows: per-token values and each token's top features."""
+    if job.vector is not None:
+        return _projection_rows(engine, job)
     rows: list[dict] = []
     for label in HEAT_LABELS:
         comp = job.outputs.get(label)
@@ -52,6 +73,21 @@ def heat_rows(engine, job: HeatJob, top_k: int = TOP_K) -> list[dict]:
                 heat_row("prompt", acts.tokens[:n], acts.values[:n], acts.special[:n], pairs[:n])
             )
         rows.append(heat_row(label, acts.tokens[n:], acts.values[n:], acts.special[n:], pairs[n:]))
+    return rows
+
+
+def _projection_rows(engine, job: HeatJob) -> list[dict]:
+    """Prompt, DEFAULT and STEERED rows coloured by the projection on a concept vector."""
+    rows: list[dict] = []
+    for label in HEAT_LABELS:
+        comp = job.outputs.get(label)
+        if comp is None:
+            continue
+        text, values = projection(engine, job.prompt, comp, job.vector)
+        n = len(text.ids) - len(comp.token_ids)
+        if not rows:
+            rows.append(heat_row("prompt", text.tokens[:n], values[:n], text.special[:n]))
+        rows.append(heat_row(label, text.tokens[n:], values[n:], text.special[n:]))
     return rows
 
 
@@ -127,6 +163,6 @@ class HeatPipeline:
         with self._cond:
             if epoch != self._epoch:
                 return
-        self.heatmap.show(f"activation of {job.source} #{job.index}", rows)
+        self.heatmap.show(job.title, rows)
         if job.on_shown is not None:
             job.on_shown(time.perf_counter())

@@ -1,6 +1,8 @@
 // Activation heatmap: tokens colored by one feature's activation. Hovering a token shows its
 // value and top features in a tooltip drawn by the widget; clicking pins that information
-// below. Everything it needs is in the widget state, so a static HTML export shows it too.
+// below. Beside it, "what changed": the features the steering moved most; clicking one shows
+// it in the heatmap. Everything it needs is in the widget state, so a static HTML export
+// shows it too.
 function describe(row, i) {
   const v = row.values[i] ?? 0;
   let s = `${JSON.stringify(row.tokens[i])}  value ${v.toFixed(3)}`;
@@ -17,8 +19,36 @@ function render({ model, el }) {
   rowsEl.className = "sw-rows";
   const info = document.createElement("div");
   info.className = "sw-info";
-  el.append(title, rowsEl, info);
+  const main = document.createElement("div");
+  main.className = "sw-heat-main";
+  main.append(title, rowsEl, info);
+  const side = document.createElement("div");
+  side.className = "sw-changed";
+  el.append(main, side);
   const box = hoverBox(el);
+
+  const drawChanged = () => {
+    const rows = model.get("changed") || [];
+    side.hidden = !rows.length;
+    const head = document.createElement("div");
+    head.className = "sw-title";
+    head.textContent = model.get("changed_title") || "what changed";
+    const list = document.createElement("ol");
+    const picked = model.get("picked") || {};
+    for (const f of rows) {
+      const li = document.createElement("li");
+      li.className = "sw-changed-row";
+      if (picked.source === f.source && picked.index === f.index) li.classList.add("sw-sel");
+      const sign = f.change >= 0 ? "+" : "";
+      li.textContent = `#${f.index} ${f.label}  ${sign}${f.change.toFixed(2)} (${f.default.toFixed(2)} → ${f.steered.toFixed(2)})`;
+      li.addEventListener("click", () => {
+        model.set("picked", { source: f.source, index: f.index });
+        model.save_changes();
+      });
+      list.appendChild(li);
+    }
+    side.replaceChildren(head, list);
+  };
 
   const draw = () => {
     const rows = model.get("rows");
@@ -62,7 +92,9 @@ function render({ model, el }) {
     info.textContent = row && selPos >= 0 && selPos < row.tokens.length ? describe(row, selPos) : "";
   };
   for (const name of ["rows", "max_value", "title", "selected", "stale"]) model.on(`change:${name}`, draw);
+  for (const name of ["changed", "changed_title", "picked"]) model.on(`change:${name}`, drawChanged);
   draw();
+  drawChanged();
 }
 
 export default { render };

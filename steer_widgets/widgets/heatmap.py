@@ -18,6 +18,11 @@ class Heatmap(anywidget.AnyWidget):
     ``rows``: ``[{label, tokens, values, special, top}]`` where ``top[i]`` lists the token's
     strongest features as ``[index, value]`` pairs. ``selected`` is ``[row, position]`` of the
     clicked token (``[-1, -1]`` for none). Hover shows the same information in the widget.
+
+    Beside the rows, "what changed": ``changed`` lists the features the steering moved most
+    (``[{source, index, label, default, steered, change}]``, see
+    ``Engine.steering_features``); clicking one sets ``picked`` (``{source, index}``) and
+    the heatmap then shows that feature.
     """
 
     _esm = traitlets.Unicode(assets.esm("heatmap")).tag(sync=True)
@@ -27,6 +32,13 @@ class Heatmap(anywidget.AnyWidget):
     max_value = traitlets.Float(0.0).tag(sync=True)
     selected = traitlets.List(traitlets.Int(), [-1, -1], minlen=2, maxlen=2).tag(sync=True)
     stale = traitlets.Unicode("").tag(sync=True)  # why the rows no longer match the panes
+    changed_title = traitlets.Unicode("").tag(sync=True)
+    changed = traitlets.List(traitlets.Dict()).tag(sync=True)
+    picked = traitlets.Dict({}).tag(sync=True)
+
+    def pick(self, source: str, index: int) -> None:
+        """Click a "what changed" row: the heatmap shows that feature."""
+        self.picked = {"source": source, "index": int(index)}
 
     def show(self, title: str, rows: list[dict]) -> None:
         """Replace the whole heatmap at once (one message to the browser)."""
@@ -56,6 +68,16 @@ class Heatmap(anywidget.AnyWidget):
         """``token_info`` of the clicked token, or None."""
         row, pos = self.selected
         return None if row < 0 else self.token_info(row, pos)
+
+
+def changed_rows(changed) -> list[dict]:
+    """``ChangedFeatures`` as the JSON the side list shows (rounded: small saved state)."""
+    return [
+        {"source": changed.source, "index": f.index, "label": f.label,
+         "default": round(f.default, 3), "steered": round(f.steered, 3),
+         "change": round(f.change, 3)}
+        for f in changed.features
+    ]  # fmt: skip
 
 
 def heat_row(label: str, tokens, values, special, top=None) -> dict:
