@@ -18,8 +18,9 @@ recommended ``prompt_multiplier``); (d) ``prompt``: the unsteered model asked to
 the concept (chat: a sentence appended to the user's message; completion: a lead-in
 sentence), scored against the DEFAULT of the original prompt. (a) and (b) are reported per
 SAE as well; the headline (b) is ``engine.search_features``' top match over its default
-sources (the SAEs nearest the concept layer). All steered rows of one prompt decode in one
-batch (each row is exactly its solo run).
+sources (the SAEs nearest the concept layer). (a)-(c) run through ``engine.evaluate`` (the
+concept's word forms as judge, one strength: x1): all steered rows of one prompt decode in one
+batch (each row is exactly its solo run) and fluency comes from its shadow rows.
 
     python benchmarks/run.py --only steer_efficacy --json out.json
 """
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from pathlib import Path
 
 DATA = Path(__file__).parent / "data" / "steer_concepts.json"
@@ -76,73 +78,93 @@ METHODS = ("search", "feature", "vector", "prompt")
 def evaluate(
     engine, concepts: dict, names: list[str], prompts: list, sources: list, methods=METHODS
 ) -> dict:
-    """Per (concept, prompt) scores of the ``methods`` asked for; returns the raw rows. A
-    method's rows do not depend on which other methods run (each steered row is exactly its
-    solo run), so a subset reproduces the full run's figures for those methods."""
-    import steer_widgets as sw
+    """Per (concept, prompt) scores of the ``methods`` asked for; returns the raw rows.
 
+    Methods (a)-(c) are one ``engine.evaluate`` per concept at x1 with the concept's word
+    forms as judge: every steered row of one prompt (each method, each SAE) decodes in one
+    batch beside DEFAULT and is exactly its solo run, so a subset of methods reproduces the
+    full run's figures for those methods. (d) is the prompted model's own generation."""
     rows = []
-    searched = sources if "feature" in methods else []
     for name in names:
         forms = concepts[name]
-        matches = {s: engine.search_features(name, sources=[s], n=1)[0] for s in searched}
-        best = engine.search_features(name, n=1)[0] if matches else None  # its default sources
-        assert best is None or matches[best.source].index == best.index
-        hits = {}
-        for s in sources if "search" in methods else []:
-            found = engine.feature_index(s).search(name, limit=1)
-            if found:
-                hits[s] = found[0]
-        configs = {}
-        recommended = {"prompt_multiplier": engine.default_prompt_multiplier()}
-        if "vector" in methods:
-            configs["vector"] = {"vectors": [engine.concept_vector(name)], **recommended}
-        for s, m in matches.items():
-            configs[f"feature:{s}"] = {
-                "features": [sw.Feature(s, m.index, m.strength)],
-                **recommended,
-            }
-        for s, info in hits.items():
-            strength = info.max_act or OLD_PICKER_STRENGTH
-            configs[f"search:{s}"] = {"features": [sw.Feature(s, info.index, strength)]}
-        for p in prompts:
-            default = engine.generate(p["prompt"], temperature=0.0, n_completion_tokens=N_TOKENS)
-            d_nll = mean_nll(engine, p["prompt"], default.token_ids)
-            outs = steered_rows(engine, p["prompt"], configs) if configs else {}
-            if "prompt" in methods:
-                outs["prompt"] = engine.generate(
-                    prompted(p["prompt"], name), temperature=0.0, n_completion_tokens=N_TOKENS
-                )
-            base_hit = mentions(default.text, forms)
-            for method, out in outs.items():
-                rows.append(
-                    {
-                        "concept": name,
-                        "prompt": p["kind"],
-                        "method": method,
-                        "success": (not base_hit) and mentions(out.text, forms),
-                        "fluency_delta": mean_nll(engine, p["prompt"], out.token_ids) - d_nll,
-                        "text": out.text,
-                    }
-                )
+        configs, best = steerings(engine, name, sources, methods)
+        texts = [p["prompt"] for p in prompts]
+        by_cell = {}
+        if configs:
+            ev = engine.evaluate(
+                configs, texts, strengths=(1.0,), judge=forms, progress=False,
+                temperature=0.0, n_completion_tokens=N_TOKENS,
+            )  # fmt: skip
+            by_cell = {(r.steering, r.prompt_index): r for r in ev.rows}
+        for i, p in enumerate(prompts):
+            for method in configs:
+                r = by_cell[method, i]
+                rows.append(_row(name, p, method, r.success, r.fluency_delta, r.text))
             if best is not None:
-                best_row = next(r for r in rows[::-1] if r["method"] == f"feature:{best.source}")
-                rows.append({**best_row, "method": "feature"})
+                r = by_cell[f"feature:{best}", i]
+                rows.append(_row(name, p, "feature", r.success, r.fluency_delta, r.text))
+            if "prompt" in methods:
+                rows.append(_prompted_row(engine, name, p, forms))
         print(f"steer_efficacy: {name} done", flush=True)
         for s in sources if "search" in methods else []:  # no text-search hit: a miss
-            if s not in hits:
-                for p in prompts:
-                    rows.append(
-                        {
-                            "concept": name,
-                            "prompt": p["kind"],
-                            "method": f"search:{s}",
-                            "success": False,
-                            "fluency_delta": 0.0,
-                            "text": "",
-                        }
-                    )
+            if f"search:{s}" not in configs:
+                rows += [_row(name, p, f"search:{s}", False, 0.0, "") for p in prompts]
     return {"rows": rows}
+
+
+def steerings(engine, name: str, sources: list, methods) -> tuple[dict, str | None]:
+    """The x1 request of every steered method for concept ``name``, and the SAE whose
+    feature is ``search_features``' own top match over its default sources."""
+    import steer_widgets as sw
+
+    recommended = {"prompt_multiplier": engine.default_prompt_multiplier()}
+    configs: dict = {}
+    best = None
+    if "vector" in methods:
+        configs["vector"] = sw.SteerRequest(
+            "", vectors=[engine.concept_vector(name)], **recommended
+        )
+    if "feature" in methods:
+        for s in sources:
+            m = engine.search_features(name, sources=[s], n=1)[0]
+            configs[f"feature:{s}"] = sw.SteerRequest(
+                "", features=[sw.Feature(s, m.index, m.strength)], **recommended
+            )
+        top = engine.search_features(name, n=1)[0]  # over its default sources
+        assert configs[f"feature:{top.source}"].features[0].index == top.index
+        best = top.source
+    for s in sources if "search" in methods else []:
+        found = engine.feature_index(s).search(name, limit=1)
+        if found:
+            strength = found[0].max_act or OLD_PICKER_STRENGTH
+            configs[f"search:{s}"] = sw.SteerRequest(
+                "", features=[sw.Feature(s, found[0].index, strength)]
+            )
+    return configs, best
+
+
+def _row(concept: str, p: dict, method: str, success: bool, fluency: float, text: str) -> dict:
+    return {
+        "concept": concept,
+        "prompt": p["kind"],
+        "method": method,
+        "success": bool(success),
+        "fluency_delta": fluency,
+        "text": text,
+    }
+
+
+def _prompted_row(engine, name: str, p: dict, forms: list[str]) -> dict:
+    """(d): the unsteered model asked about the concept, against the original DEFAULT."""
+    default = engine.generate(p["prompt"], temperature=0.0, n_completion_tokens=N_TOKENS)
+    out = engine.generate(
+        prompted(p["prompt"], name), temperature=0.0, n_completion_tokens=N_TOKENS
+    )
+    success = (not mentions(default.text, forms)) and mentions(out.text, forms)
+    fluency = mean_nll(engine, p["prompt"], out.token_ids) - mean_nll(
+        engine, p["prompt"], default.token_ids
+    )
+    return _row(name, p, "prompt", success, fluency, out.text)
 
 
 def summarise(rows: list[dict]) -> dict:
@@ -167,6 +189,7 @@ def run(splits=("dev", "report"), save_rows: Path | None = None, methods=METHODS
 
     data = json.loads(DATA.read_text())
     engine = sw.Engine.default()
+    started = time.perf_counter()
     sources = list(engine.saes.sources())
     figures: dict = {}
     all_rows = {}
@@ -192,6 +215,7 @@ def run(splits=("dev", "report"), save_rows: Path | None = None, methods=METHODS
                 figures[f"{prefix}per_sae.{m}.fluency_delta"] = round(s["fluency_delta"], 3)
         figures[f"{prefix}n_concepts"] = len(data["split"][split])
     figures["n_prompts"] = len(data["prompts"])
+    figures["wall_s"] = round(time.perf_counter() - started, 1)
     if save_rows is not None:
         save_rows.write_text(json.dumps(all_rows, indent=1))
     return figures

@@ -55,15 +55,15 @@ class ExportError(RuntimeError):
 def dump_kernel_state(path: str, timeout: float = 300.0) -> int:
     """Write the full state of every live widget to ``path``; returns the number of widgets.
 
-    Runs inside the notebook's kernel. Explorers compute in background threads, so wait for
-    each one first: otherwise the export would catch them half way through a run.
+    Runs inside the notebook's kernel. Explorers compute in background threads (runs and
+    evaluations), so wait for each one first: otherwise the export would catch them half way.
     """
     from ipywidgets.embed import embed_data
 
     from .widgets import Explorer
 
     for obj in gc.get_objects():
-        if isinstance(obj, Explorer) and not obj.wait(timeout):
+        if isinstance(obj, Explorer) and not (obj.wait(timeout) and obj.wait_evaluation(timeout)):
             raise ExportError(f"an explorer did not finish within {timeout} s: {obj.status}")
     # drop_defaults=False: anywidget's front end needs every trait (_esm included).
     state = embed_data(views=None, drop_defaults=False)["manager_state"]

@@ -45,6 +45,12 @@ ex
 """
 
 
+# a small evaluation in the same explorer: its chart and grid must render from disk too
+EVALUATE = """\
+ex.evaluate(["Paris is", "The weather today"], strengths=(0, 1), judge=["paris"])
+"""
+
+
 def _have_saes() -> bool:
     return bool(os.environ.get("SW_DEV_SAE")) or any(
         (ROOT / "steer_widgets" / "saes").glob("*/cfg.json")
@@ -63,6 +69,7 @@ def notebook(tmp_path_factory) -> Path:
         nbformat.v4.new_markdown_cell("# Explorer export"),
         nbformat.v4.new_code_cell(f"PROMPT = {PROMPT!r}\n" + SETUP),
         nbformat.v4.new_code_cell(EXPLORER),
+        nbformat.v4.new_code_cell(EVALUATE),
         # no ex.wait() here on purpose: the exporter must wait for the background run itself
     ]
     path = tmp_path_factory.mktemp("nb") / "explorer.ipynb"
@@ -152,6 +159,7 @@ def test_exported_explorer_renders_offline_in_chromium(exported):
             page.goto(exported.as_uri())
             page.wait_for_selector(".sw-heatmap .sw-tok", timeout=60_000)
             page.wait_for_selector(".sw-completions .sw-pane", timeout=60_000)
+            page.wait_for_selector(".sw-eval-grid .sw-eval-cell", timeout=60_000)
             drawn = page.evaluate(
                 """() => {
                   const toks = [...document.querySelectorAll('.sw-heatmap .sw-tok')];
@@ -165,6 +173,10 @@ def test_exported_explorer_renders_offline_in_chromium(exported):
                       [...document.querySelectorAll('.sw-completions .sw-pane')]
                         .map(p => [p.dataset.label, p.querySelector('.sw-text').textContent])),
                     sliders: document.querySelectorAll('.widget-slider').length,
+                    points: document.querySelectorAll('.sw-eval-chart svg .sw-point').length,
+                    cells: [...document.querySelectorAll('.sw-eval-grid .sw-eval-cell')]
+                      .map(c => c.className),
+                    evalState: document.querySelector('.sw-eval .sw-badge').textContent,
                   };
                 }"""
             )
@@ -180,6 +192,10 @@ def test_exported_explorer_renders_offline_in_chromium(exported):
     assert drawn["panes"] == saved_pane_texts(exported.read_text(encoding="utf-8"))
     assert all(text.strip() for text in drawn["panes"].values()), drawn["panes"]
     assert drawn["sliders"] >= 1  # the standard ipywidgets render too (strength slider...)
+    # the evaluate panel: chart (one point per strength) and a finished 2 x 2 grid
+    assert drawn["points"] == 2 and drawn["evalState"] == "done", drawn
+    assert len(drawn["cells"]) == 4, drawn["cells"]
+    assert all("sw-eval-hit" in c or "sw-eval-miss" in c for c in drawn["cells"]), drawn["cells"]
     # nothing needed the network (a blocked request would also show up as a missing piece)
     assert blocked == [], blocked
 

@@ -1,7 +1,8 @@
 """The explorer's widgets and their order on the page.
 
 Reading order: a preset menu, prompt and mode; features (search, strength rows, steering settings);
-generation settings; Run / Stop / live / Record; the status line; the panes; the heatmap.
+generation settings; Run / Stop / live / Record; the status line; the panes; the heatmap;
+the evaluate panel.
 Rows wrap instead of scrolling (flex ``row wrap``), sliders never shrink below a usable
 track and every other control keeps its label: widths are Layout traits, which win over
 ipywidgets' defaults in both 7.7 and 8; ``explorer.css`` (loaded with the status line)
@@ -13,6 +14,7 @@ from __future__ import annotations
 import ipywidgets as widgets
 
 from .completions import Completions
+from .evaluate_panel import EvaluatePanel
 from .fields import LABEL_WIDTH, TOOLTIP, Controls
 from .heatmap import Heatmap
 from .status import StatusLine
@@ -102,6 +104,7 @@ class Layout:
             layout={"width": "32em", "max_width": "100%"},
         )
         self.status_line = StatusLine()
+        self.evaluation = EvaluatePanel()
         actions = [self.run_button, self.stop_button, self.live, self.record_button]
         self.ui = widgets.VBox(
             [
@@ -119,6 +122,8 @@ class Layout:
                 self.completions,
                 self.heat_feature,
                 self.heatmap,
+                section("Evaluate: does it steer over many prompts?"),
+                self.evaluation,
                 self.record_box,
             ],
             layout={"width": "100%"},

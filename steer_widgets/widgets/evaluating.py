@@ -1,0 +1,159 @@
+"""Evaluations run from the explorer: one at a time, on a thread, with their true state.
+
+Pressing evaluate takes the steering as the sliders set it (features and concepts at their
+strengths: the x1 point) and runs ``Engine.evaluate_stream`` over the panel's prompts and
+ladder. Input is checked before the thread starts (a bad prompt list is an error state, the
+explorer stays usable); a newer evaluation cancels the running one (which then says
+"replaced"), stop says "stopped by you", and the rows finished so far stay drawn.
+"""
+
+from __future__ import annotations
+
+import threading
+import traceback
+from collections.abc import Callable
+
+from ..errors import SteerWidgetsError
+from ..evaluation import Evaluation
+from ..judges import label_words
+from ..steering import SteerRequest
+from .evaluate_panel import EvaluatePanel
+
+
+class Evaluating:
+    """Runs evaluations for one explorer; ``current`` says where the sliders are now."""
+
+    def __init__(
+        self,
+        engine,
+        panel: EvaluatePanel,
+        steering: Callable[[], tuple[SteerRequest, list[str]]],
+        set_strength: Callable[[int, float], None],
+        current: Callable[[], list[float]],
+    ) -> None:
+        self.engine, self.panel = engine, panel
+        self._steering, self._set_strength, self._current = steering, set_strength, current
+        self.evaluation: Evaluation | None = None
+        self.x1: list[float] = []  # each row's strength when the evaluation started
+        self.last_traceback = ""
+        self._cancel: threading.Event | None = None
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        panel.handlers.update(
+            evaluate=lambda _: self.start(),
+            stop=lambda _: self.stop(),
+            pick=lambda msg: self.pick(msg.get("strength")),
+        )
+
+    def start(self, prompts=None, strengths=None, judge=None) -> bool:
+        """Start an evaluation (replacing a running one); False if the input was refused."""
+        from ..evaluator import LADDER, panel
+
+        if prompts is not None or strengths is not None or not self.panel.prompts_text:
+            self.panel.set_inputs(
+                panel() if prompts is None else list(prompts),
+                LADDER if strengths is None else strengths,
+            )
+        self._replace()
+        cancel = threading.Event()
+        try:
+            request, words = self._steering()
+            stream = self.engine.evaluate_stream(
+                request, self.panel.prompts(), self.panel.ladder(), judge or words or None, cancel
+            )
+        except SteerWidgetsError as err:
+            self.panel.show_state("error", "nothing ran", str(err))
+            return False
+        self.x1 = self._current()
+        thread = threading.Thread(target=self._work, args=(stream, cancel), daemon=True)
+        with self._lock:
+            self._cancel, self._thread = cancel, thread
+        self.panel.show_state("running", f"0 of {stream.total} rows")
+        self.panel.total_rows, self.panel.done_rows = stream.total, 0
+        thread.start()
+        return True
+
+    def _replace(self) -> None:
+        with self._lock:
+            cancel, thread = self._cancel, self._thread
+        if thread is not None and thread.is_alive():
+            cancel.replaced = True
+            cancel.set()
+            thread.join()
+
+    def _work(self, stream, cancel: threading.Event) -> None:
+        evaluation = None
+        try:
+            for evaluation in stream:
+                self.evaluation = evaluation
+                self.panel.draw(evaluation, self.position())
+                self.panel.message = f"{len(evaluation.rows)} of {evaluation.total} rows"
+        except SteerWidgetsError as err:
+            partial = getattr(err, "evaluation", None)
+            if partial is not None:
+                self.evaluation = partial
+                self.panel.draw(partial, self.position())
+            self.panel.show_state("error", "the rows before it are kept", str(err))
+            return
+        except Exception as err:  # a bug: say so, keep the explorer alive
+            self.last_traceback = traceback.format_exc()
+            self.panel.show_state("error", "", f"{type(err).__name__}: {err}")
+            return
+        if evaluation is None:
+            return
+        if evaluation.cancelled:
+            state = "replaced" if getattr(cancel, "replaced", False) else "stopped"
+            self.panel.show_state(state, f"{len(evaluation.rows)} of {evaluation.total} rows kept")
+        else:
+            best = evaluation.best(steering=next(iter(evaluation.steerings)))
+            tail = "no strength within 1 nat" if best is None else f"best within 1 nat: x{best:g}"
+            seconds = evaluation.stats.get("seconds", 0.0)
+            self.panel.show_state("done", f"{len(evaluation.rows)} rows in {seconds:.1f} s; {tail}")
+
+    def stop(self) -> None:
+        with self._lock:
+            cancel = self._cancel
+        if cancel is not None:
+            cancel.set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        with self._lock:
+            thread = self._thread
+        if thread is not None:
+            thread.join(timeout)
+            return not thread.is_alive()
+        return True
+
+    def pick(self, strength) -> None:
+        """Set every slider to ``strength`` times its value when the evaluation started."""
+        if not isinstance(strength, (int, float)) or isinstance(strength, bool):
+            return
+        for row, s in enumerate(self.x1):
+            self._set_strength(row, float(strength) * s)
+        self.redraw()
+
+    def position(self) -> float | None:
+        """Where the sliders are now as a multiple of the evaluated point (None: moved
+        apart, or nothing evaluated)."""
+        now = self._current()
+        if not self.x1 or len(now) != len(self.x1):
+            return None
+        ratios = {round(n / s, 6) for n, s in zip(now, self.x1, strict=True) if s}
+        return ratios.pop() if len(ratios) == 1 else None
+
+    def redraw(self) -> None:
+        """The chart's current-strength mark after a slider moved."""
+        if self.evaluation is not None:
+            self.panel.draw(self.evaluation, self.position())
+
+
+def judge_words(engine, rows) -> list[str]:
+    """What the explorer's evaluation looks for: each concept's name and each picked
+    feature's label words."""
+    words: list[str] = []
+    for row in rows:
+        if row.vector is not None:
+            words.append(row.name)
+        else:
+            words += label_words(engine.feature_index(row.source).label(row.index))
+    return list(dict.fromkeys(w for w in words if w))
