@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import gzip
 import json
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -39,17 +40,44 @@ class FeatureInfo:
 
 
 class FeatureIndex:
-    def __init__(self, source: str, infos: list[FeatureInfo]) -> None:
+    """``neuronpedia_id``: the SAE's Neuronpedia id, when it has one; its explanations
+    already on disk are the labels, and ``fetch_labels`` asks for more."""
+
+    def __init__(
+        self, source: str, infos: list[FeatureInfo], neuronpedia_id: str | None = None
+    ) -> None:
         self.source = source
         self.infos = infos
-        self._haystack = [
-            i.label.lower()
-            + " "
-            + " ".join(i.top_tokens).lower()
-            + " "
-            + " ".join("".join(c["tokens"]).lower() for c in i.contexts)
-            for i in infos
-        ]
+        self.neuronpedia_id = neuronpedia_id
+        self._haystack = [_hay(i) for i in infos]
+        if neuronpedia_id:
+            from .neuronpedia import Explanations
+
+            self.set_labels(Explanations(neuronpedia_id).cached())
+
+    def set_labels(self, labels: Mapping[int, str]) -> None:
+        """Give features labels (Neuronpedia's explanations): shown and searched as labels."""
+        for i, text in labels.items():
+            if text and 0 <= i < len(self.infos):
+                self.infos[i] = replace(self.infos[i], label=text)
+                self._haystack[i] = _hay(self.infos[i])
+
+    def fetch_labels(self, indices: Iterable[int]) -> dict[int, str]:
+        """Neuronpedia's explanations of ``indices`` (fetched once, then read from disk) as
+        labels. Offline or without a Neuronpedia id: ``NeuronpediaUnavailable``."""
+        from .neuronpedia import Explanations, NeuronpediaUnavailable
+
+        if not self.neuronpedia_id:
+            raise NeuronpediaUnavailable(f"SAE source {self.source!r} has no Neuronpedia id")
+        labels = Explanations(self.neuronpedia_id).fetch(indices)
+        self.set_labels(labels)
+        return labels
+
+    def url(self, index: int) -> str | None:
+        """The feature's Neuronpedia page, when the SAE has one."""
+        from .neuronpedia import feature_url
+
+        return feature_url(self.neuronpedia_id, index) if self.neuronpedia_id else None
 
     def __len__(self) -> int:
         return len(self.infos)
@@ -65,6 +93,7 @@ class FeatureIndex:
     @classmethod
     def load(cls, source: str, folder: Path, top_tokens_fn) -> FeatureIndex:
         """Read the shipped index, or build a token-only one with ``top_tokens_fn()``."""
+        np_id = _neuronpedia_id(folder)
         path = folder / INDEX_FILE
         if path.exists():
             data = json.loads(gzip.decompress(path.read_bytes()))
@@ -80,13 +109,14 @@ class FeatureIndex:
                 )
                 for f in data["features"]
             ]
-            return cls(source, infos)
+            return cls(source, infos, np_id)
         return cls(
             source,
             [
                 FeatureInfo(i, tuple(top), bottom_tokens=tuple(bottom))
                 for i, (top, bottom) in enumerate(top_tokens_fn())
             ],
+            np_id,
         )
 
     def search(self, query: str, limit: int = 20) -> list[FeatureInfo]:
@@ -105,6 +135,22 @@ class FeatureIndex:
                 (token_hits if in_tokens else context_hits).append(info)
         by_act = lambda i: -(i.max_act or 0.0)  # noqa: E731
         return (sorted(token_hits, key=by_act) + sorted(context_hits, key=by_act))[:limit]
+
+
+def _hay(info: FeatureInfo) -> str:
+    """What ``search`` reads of a feature: label, top tokens, contexts."""
+    contexts = " ".join("".join(c["tokens"]).lower() for c in info.contexts)
+    return f"{info.label.lower()} {' '.join(info.top_tokens).lower()} {contexts}"
+
+
+def _neuronpedia_id(folder: Path) -> str | None:
+    """``metadata.neuronpedia_id`` of an SAE Lens folder's ``cfg.json`` (releases have one)."""
+    try:
+        raw = json.loads((folder / "cfg.json").read_text())
+    except (OSError, ValueError):
+        return None
+    meta = raw.get("metadata") if isinstance(raw.get("metadata"), dict) else raw
+    return meta.get("neuronpedia_id") or None
 
 
 def final_norm_weight(runtime) -> torch.Tensor | None:

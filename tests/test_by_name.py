@@ -12,6 +12,7 @@ each tokenizer gives them, and the named errors a name can meet.
 
 from __future__ import annotations
 
+import json
 import warnings
 from pathlib import Path
 
@@ -315,3 +316,93 @@ def test_release_ids_are_checked_against_the_registry_first(
     engine = sw.Engine("gpt2-small", saes=[])
     with pytest.raises(error, match=words):
         engine.saes.add(location)
+
+
+# -- Neuronpedia: links, explanations on demand (a local server), offline -------------------
+class _Neuronpedia:
+    """Serves Neuronpedia's feature endpoint, ``GET /api/feature/{model}/{source}/{index}``,
+    in its documented shape (the feature, ``explanations: [{description, ...}]``)."""
+
+    def __init__(self, explanations: dict[str, dict[int, str]]) -> None:
+        import http.server
+        import threading
+
+        self.asked: list[str] = []
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802 - http.server's name
+                outer.asked.append(self.path)
+                parts = self.path.strip("/").split("/")
+                if len(parts) != 5 or parts[:2] != ["api", "feature"]:
+                    return self.send_error(404)
+                model, source, index = parts[2], parts[3], int(parts[4])
+                text = explanations.get(f"{model}/{source}", {}).get(index)
+                body = {
+                    "modelId": model, "layer": source, "index": str(index), "maxActApprox": 3.5,
+                    "explanations": [] if text is None else [
+                        {"description": text, "typeName": "oai_token-act-pair",
+                         "explanationModelName": "gpt-4o-mini"}
+                    ],
+                }  # fmt: skip
+                data = json.dumps(body).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_neuronpedia_links_labels_and_offline(hub, monkeypatch):
+    from steer_widgets.widgets.card import FeatureCard
+
+    location = CASES["jb"][1]
+    monkeypatch.delenv("NEURONPEDIA_URL", raising=False)
+    engine = sw.Engine("gpt2-small", saes={"8-res-jb": location})
+    fi = engine.feature_index("8-res-jb")
+    assert fi.neuronpedia_id == "gpt2-small/8-res-jb"  # from SAE Lens' registry
+    assert fi.url(100) == "https://www.neuronpedia.org/gpt2-small/8-res-jb/100"
+
+    server = _Neuronpedia({"gpt2-small/8-res-jb": {5: "references to cats and kittens"}})
+    try:
+        monkeypatch.setenv("NEURONPEDIA_URL", server.url)
+        monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+        shown: list[str] = []
+        card = FeatureCard(engine, on_steer=lambda *a: None, on_error=shown.append)
+        card.show("8-res-jb", 5)
+        assert shown == []
+        assert "references to cats and kittens" in card.body.value
+        assert f"href='{server.url}/gpt2-small/8-res-jb/5'" in card.body.value
+        assert [i.index for i in fi.search("kittens")] == [5]
+        assert fi.label(5) == "references to cats and kittens"
+        card.show("8-res-jb", 5)  # asked once, then read from disk
+        card.show("8-res-jb", 6)  # a feature without an explanation: its local label
+        assert server.asked == [
+            "/api/feature/gpt2-small/8-res-jb/5",
+            "/api/feature/gpt2-small/8-res-jb/6",
+        ]
+        assert fi.infos[6].label == ""  # none on Neuronpedia: the top-token label stays
+    finally:
+        server.close()
+    # a fresh engine reads the labels from disk, with no server
+    again = sw.Engine(engine.model, saes={"8-res-jb": location}).feature_index("8-res-jb")
+    assert again.label(5) == "references to cats and kittens"
+    unreachable = sw.Engine(engine.model, saes={"8-res-jb": location})
+    card = FeatureCard(unreachable, on_steer=lambda *a: None, on_error=shown.append)
+    card.show("8-res-jb", 7)
+    assert "could not be reached" in card.body.value and shown == []
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # offline: a clear note, the local label
+    card.show("8-res-jb", 8)
+    assert "need the network (HF_HUB_OFFLINE set)" in card.body.value
+    assert unreachable.feature_index("8-res-jb").label(8) in card.body.value

@@ -34,9 +34,13 @@ def context_html(context: dict) -> str:
     return f"<div class='sw-context'>{''.join(spans)}</div>"
 
 
-def card_html(source: str, info, label: str = "") -> str:
-    """The card's text: title, top tokens, density, contexts."""
+def card_html(source: str, info, label: str = "", url: str | None = None, note: str = "") -> str:
+    """The card's text: title (linked to the feature's Neuronpedia page where it has one),
+    top tokens, density, contexts."""
     lines = [f"<b>{html.escape(source)} #{info.index}</b> {html.escape(label)}"]
+    if url:
+        link = f"<a href='{html.escape(url)}' target='_blank' rel='noopener'>Neuronpedia</a>"
+        lines.append(f"<div class='sw-hint'>{link}{html.escape(note)}</div>")
     for name, toks in (
         ("promotes", info.top_tokens),
         ("suppresses", getattr(info, "bottom_tokens", ())),
@@ -89,6 +93,7 @@ class FeatureCard:
     def show(self, source: str, index: int) -> None:
         try:
             fi = self.engine.feature_index(source)
+            note = _neuronpedia_label(fi, index)
             info = fi[index]
             label = fi.label(index)
             near = self.engine.neighbours(source, index, n=N_NEIGHBOURS)
@@ -96,7 +101,8 @@ class FeatureCard:
             self.on_error(str(err))
             return
         self.shown = (source, index)
-        self.body.value = card_html(source, info, label)
+        url = fi.url(index) if hasattr(fi, "url") else None
+        self.body.value = card_html(source, info, label, url, note)
         buttons = [widgets.HTML("decoder neighbours:")]
         for i, cos in near:
             b = widgets.Button(
@@ -112,3 +118,17 @@ class FeatureCard:
     def hide(self) -> None:
         self.ui.layout.display = "none"
         self.shown = None
+
+
+def _neuronpedia_label(fi, index: int) -> str:
+    """Fetch the feature's Neuronpedia explanation as its label (once; then from disk);
+    offline, a note saying the local label is shown."""
+    from ..neuronpedia import NeuronpediaUnavailable
+
+    if not getattr(fi, "neuronpedia_id", None) or not 0 <= index < len(fi):
+        return ""
+    try:
+        fi.fetch_labels([index])
+    except NeuronpediaUnavailable as err:
+        return f" · {err}"
+    return ""
