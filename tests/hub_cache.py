@@ -393,6 +393,9 @@ def _registry_norm(release: str, sae_id: str) -> float:
 
 def build(root: Path) -> Path:
     """Write the whole cache under ``root``; returns the folder for ``HF_HUB_CACHE``."""
+    from transformers.utils import logging
+
+    logging.disable_progress_bar()
     cache = Path(root) / "hub"
     for repo_id, (family, make_config, template) in MODELS.items():
         write_model(cache, repo_id, family, make_config, template)

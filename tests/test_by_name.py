@@ -67,7 +67,7 @@ BIG = 2**31  # the Qwen Scope SAE is 512 MiB in float32
 def _watched() -> list[Path]:
     """The user-cache folders a hub load could write to."""
     home = Path.home() / ".cache"
-    return [home / "huggingface", home / "steer_widgets" / "saes", home / "steer_widgets" / "np"]
+    return [home / "huggingface", home / "steer_widgets" / "saes", home / "steer_widgets" / "neuronpedia"]
 
 
 def _listing() -> dict[str, list[str]]:
