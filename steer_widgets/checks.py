@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
 from collections.abc import Sequence
 from os import PathLike
 from pathlib import Path
@@ -53,8 +54,12 @@ def text(name: str, value) -> str:
 
 def path(name: str, value) -> Path:
     """A file path (str or ``os.PathLike``), not a number or a list that happens to print."""
-    if isinstance(value, (str, PathLike)) and str(value).strip():
-        return Path(value)
+    text = str(value) if isinstance(value, (str, PathLike)) else ""
+    try:
+        if text.strip() and b"\x00" not in os.fsencode(text):  # what open() can take
+            return Path(value)
+    except UnicodeEncodeError:
+        pass
     raise RequestError(name, f"must be a file path, got {value!r}")
 
 

@@ -40,8 +40,8 @@ def save_view(explorer, path: str | Path) -> dict:
     }
     try:
         target.write_text(json.dumps(view, indent=1))
-    except OSError as err:
-        raise RequestError("path", f"cannot write {str(target)!r}: {err.strerror}") from None
+    except (OSError, UnicodeEncodeError) as err:
+        raise RequestError("path", f"cannot write {str(target)!r}: {err}") from None
     return view
 
 
@@ -78,8 +78,8 @@ def read_view(source: str | Path | dict) -> dict:
 def _read_json(path: Path):
     try:
         return json.loads(path.read_text())
-    except OSError as err:
-        raise RequestError("path", f"cannot read {str(path)!r}: {err.strerror}") from None
+    except (OSError, UnicodeEncodeError) as err:
+        raise RequestError("path", f"cannot read {str(path)!r}: {err}") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise RequestError("path", f"{str(path)!r} is not JSON: {err}") from None
 
