@@ -3,7 +3,9 @@
 The first indexes read each decoder row through the unembedding alone; skipping the final
 RMSNorm's weight made most features' top tokens sub-word noise. This recomputes top and
 bottom tokens through the final norm and gives every feature a short label (the words it
-fires on, from its stored top contexts, and the words it writes), in place::
+fires on, from its stored top contexts, the most distinctive first, and the words it writes;
+only words wordfreq knows as English, so code tokens and word pieces leave the label while
+the raw tokens stay in the index), in place (a few seconds; wordfreq is in the dev extra)::
 
     HF_HUB_OFFLINE=1 .venv/bin/python scripts/relabel_feature_indexes.py
 """

@@ -7,6 +7,7 @@ unembedding), so text search works everywhere; contexts exist only where an inde
 
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 from collections.abc import Iterable, Mapping
@@ -224,19 +225,52 @@ def _whole_word(tokens, pos: int) -> str:
     return "".join(tokens[start:end])
 
 
+MIN_ZIPF = 3.0  # wordfreq's Zipf scale: about once per 10 million English words, or more
+COMMON_ZIPF = 8.0  # the distinctiveness of a word is how far below this it sits
+
+
+@functools.cache
+def zipf(word: str) -> float | None:
+    """How common ``word`` is in English (wordfreq's Zipf scale, 0 = unknown); ``None``
+    where wordfreq is not installed (then every word counts as known and equally common)."""
+    try:
+        from wordfreq import zipf_frequency
+    except ImportError:
+        return None
+    return zipf_frequency(word, "en")
+
+
+def _readable(word: str | None) -> bool:
+    """A word a reader recognises: logit-lens noise from code ("indexerror", "shutil") and
+    word pieces ("auton", "miscon") are rare or unknown as English words."""
+    if word is None:
+        return False
+    z = zipf(word)
+    return z is None or z >= MIN_ZIPF
+
+
+def _distinctive(words: list[str]) -> list[str]:
+    """Distinct words, those repeated in the feature's contexts and rare in English first
+    (each occurrence weighs ``COMMON_ZIPF - zipf``); ties keep the contexts' order."""
+    score: dict[str, float] = {}
+    for w in words:
+        z = zipf(w)
+        score[w] = score.get(w, 0.0) + max(0.1, COMMON_ZIPF - (4.0 if z is None else z))
+    first = {w: i for i, w in reversed(list(enumerate(words)))}
+    return sorted(score, key=lambda w: (-score[w], first[w]))
+
+
 def feature_label(contexts, top_tokens, n: int = 2) -> str:
     """A short readable name: the words the feature fires on (its top contexts' max tokens,
-    as whole words) and the whole words it writes (logit-lens top tokens that start a word),
-    e.g. ``music, song → melody, songs``."""
-    reads: list[str] = []
-    for c in contexts:
-        w = _word(_whole_word(c["tokens"], c["max_pos"]))
-        if w and w not in reads:
-            reads.append(w)
+    as whole words, the most distinctive first) and the whole words it writes (logit-lens
+    top tokens that start a word), e.g. ``music, song → melody, songs``; only words a reader
+    recognises (``MIN_ZIPF``, with wordfreq installed). The raw tokens stay in the index."""
+    words = [_word(_whole_word(c["tokens"], c["max_pos"])) for c in contexts]
+    reads = _distinctive([w for w in words if _readable(w)])
     writes: list[str] = []
     for t in top_tokens:
         w = _word(t) if t[:1] == " " else None  # a piece without a leading space is a fragment
-        if w and w not in writes and w not in reads[:n]:
+        if _readable(w) and w not in writes and w not in reads[:n]:
             writes.append(w)
     left, right = ", ".join(reads[:n]), ", ".join(writes[:n])
     if left and right:
