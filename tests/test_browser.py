@@ -26,7 +26,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from chromium import CHROMIUM, FLAGS
+from chromium import CHROMIUM, FLAGS, require_chromium
 
 REPO = Path(__file__).resolve().parents[1]
 STEERED = '.sw-pane[data-label="STEERED"]'
@@ -34,15 +34,17 @@ STEERED = '.sw-pane[data-label="STEERED"]'
 pytestmark = [
     pytest.mark.browser,
     pytest.mark.skipif(
-        not CHROMIUM.exists(),
-        reason="no /usr/bin/chromium (apt-get install -y chromium chromium-driver)",
-    ),
-    pytest.mark.skipif(
         not any((REPO / "steer_widgets" / "saes").glob("*/cfg.json"))
         and not os.environ.get("SW_DEV_SAE"),
         reason="the default engine has no SAEs yet (steer_widgets/saes/ not trained)",
     ),
 ]
+
+
+@pytest.fixture(autouse=True)
+def _chromium():
+    require_chromium()
+
 
 SETUP = """\
 import os

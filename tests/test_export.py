@@ -16,7 +16,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from chromium import CHROMIUM, FLAGS
+from chromium import CHROMIUM, FLAGS, require_chromium
 
 from steer_widgets import export as sw_export
 
@@ -136,8 +136,7 @@ def test_export_is_self_contained(exported):
 @pytest.mark.browser
 def test_exported_explorer_renders_offline_in_chromium(exported):
     playwright = pytest.importorskip("playwright.sync_api")
-    if not Path(CHROMIUM).exists():
-        pytest.skip("chromium is not installed")
+    require_chromium()
     blocked: list[str] = []
     errors: list[str] = []
 
