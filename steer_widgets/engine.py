@@ -90,7 +90,8 @@ class Engine:
         self._lock = threading.Lock()  # one decode at a time: the CPU is the bottleneck
         self._active: set[threading.Event] = set()
         self._lock_state = threading.Lock()  # guards _defaults and _active across threads
-        self.stop_ids = frozenset({self.tokenizer.eos_id} - {None})
+        stops = {self.tokenizer.eos_id, *getattr(self.model, "stop_ids", ())}
+        self.stop_ids = frozenset(stops - {None})
         self.concepts = Concepts(self)
 
     @classmethod

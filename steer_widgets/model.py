@@ -40,6 +40,7 @@ class LoadedModel:
     tokenizer: Tokenizer
     source_dir: Path | None = None  # folder with config + safetensors (for baselines)
     hub_id: str | None = None  # the hub repo it came from (SAE releases name their model so)
+    stop_ids: frozenset[int] = frozenset()  # generation_config's eos ids (-it models' turn end)
 
 
 def gguf_path() -> Path:
@@ -338,4 +339,18 @@ def _load_folder(
         # GPT-2 and GPT-NeoX tokenizers add no BOS; TransformerLens (and SAE Lens) put one first.
         tokenizer = Tokenizer.from_folder(folder, prepend_bos=cfg.layout in ("gpt2", "neox"))
         bar.update()
-    return LoadedModel(name, runtime, tokenizer, folder)
+    return LoadedModel(name, runtime, tokenizer, folder, stop_ids=generation_stop_ids(folder))
+
+
+def generation_stop_ids(folder: Path) -> frozenset[int]:
+    """The ids ``generation_config.json`` stops at: instruction-tuned models end a turn with
+    a token that is not the tokenizer's EOS (Gemma's ``<end_of_turn>``, Llama 3's
+    ``<|eot_id|>``), so stopping at EOS alone runs past the answer."""
+    import json
+
+    try:
+        eos = json.loads((folder / "generation_config.json").read_text()).get("eos_token_id")
+    except (OSError, ValueError, AttributeError):
+        return frozenset()
+    ids = eos if isinstance(eos, list) else [eos]
+    return frozenset(int(i) for i in ids if isinstance(i, int) and not isinstance(i, bool))

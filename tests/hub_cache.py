@@ -177,6 +177,11 @@ def write_model(cache: Path, repo_id: str, family: str, make_config, chat_templa
     torch.manual_seed(int(commit_of(repo_id)[:6], 16))
     model = getattr(tf, config.architectures[0])(config)
     model.save_pretrained(folder)
+    if chat_template and family == "gemma":  # -it models stop at the end of a turn too
+        gen = json.loads((folder / "generation_config.json").read_text())
+        names = TOKENIZERS[family]["specials"]
+        gen["eos_token_id"] = [names.index("<eos>"), names.index("<end_of_turn>")]
+        (folder / "generation_config.json").write_text(json.dumps(gen, indent=2))
     return folder
 
 
@@ -236,6 +241,10 @@ MODELS: dict[str, tuple[str, Callable, str | None]] = {
         "Qwen3Config", "Qwen3ForCausalLM", "qwen", hidden_size=2048, intermediate_size=64,
         num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, head_dim=32,
         max_position_embeddings=32768, tie_word_embeddings=True), None),
+    # an architecture only TransformerLens runs here (GPT-Neo)
+    "EleutherAI/gpt-neo-125M": ("gpt2", _cfg(
+        "GPTNeoConfig", "GPTNeoForCausalLM", "gpt2", hidden_size=64, num_layers=2, num_heads=4,
+        attention_types=[[["global", "local"], 1]], window_size=256, max_position_embeddings=2048), None),
     "HuggingFaceTB/SmolLM2-360M-Instruct": ("chatml", _cfg(
         "LlamaConfig", "LlamaForCausalLM", "chatml", hidden_size=64, intermediate_size=128,
         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,

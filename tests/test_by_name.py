@@ -67,7 +67,11 @@ BIG = 2**31  # the Qwen Scope SAE is 512 MiB in float32
 def _watched() -> list[Path]:
     """The user-cache folders a hub load could write to."""
     home = Path.home() / ".cache"
-    return [home / "huggingface", home / "steer_widgets" / "saes", home / "steer_widgets" / "neuronpedia"]
+    return [
+        home / "huggingface",
+        home / "steer_widgets" / "saes",
+        home / "steer_widgets" / "neuronpedia",
+    ]
 
 
 def _listing() -> dict[str, list[str]]:
@@ -406,3 +410,34 @@ def test_neuronpedia_links_labels_and_offline(hub, monkeypatch):
     card.show("8-res-jb", 8)
     assert "need the network (HF_HUB_OFFLINE set)" in card.body.value
     assert unreachable.feature_index("8-res-jb").label(8) in card.body.value
+
+
+def test_an_it_model_by_name_chats_stops_searches_and_opens_the_explorer(hub):
+    """Gemma 3 270M IT with Gemma Scope 2 by name: a chat stops at ``<end_of_turn>`` (its
+    generation_config's eos, not the tokenizer's), concept vector, feature search, explorer."""
+    name, location, hook, _ = CASES["gemma-scope-2"]
+    engine = sw.Engine(name, saes={"12-gs2": location})
+    end_of_turn = engine.tokenizer.hf.convert_tokens_to_ids("<end_of_turn>")
+    assert end_of_turn in engine.stop_ids and engine.tokenizer.eos_id in engine.stop_ids
+    vector = engine.concept_vector("cats")
+    assert vector.hook in engine.hook_names and vector.strength > 0
+    matches = engine.search_features("cats", sources=["12-gs2"], n=3)
+    assert len(matches) == 3 and all(m.source == "12-gs2" and m.label for m in matches)
+    ex = sw.Explorer(
+        engine, prompt="Tell me about cats", chat=True, n_completion_tokens=6,
+        features=[("12-gs2", 3, 10.0)],
+    )  # fmt: skip
+    ex.wait()
+    assert sorted(ex.outputs) == ["DEFAULT", "STEERED"] and not ex.error
+
+
+def test_other_architectures_run_through_transformer_lens_by_name(hub):
+    """GPT-Neo is not a fast-runtime architecture: by its TransformerLens name it loads from
+    the hub cache through TransformerLens."""
+    from steer_widgets.tl_runtime import TransformerLensRuntime
+
+    engine = sw.Engine("gpt-neo-125M", saes=[])
+    assert isinstance(engine.model.runtime, TransformerLensRuntime)
+    assert engine.model.hub_id == "EleutherAI/gpt-neo-125M"
+    out = engine.generate(PROMPT, n_completion_tokens=3, temperature=0)
+    assert len(out.token_ids) == 3
