@@ -298,6 +298,9 @@ class Explainer:
     # -- checks and small reads ---------------------------------------------------------
     def _case(self, result: SteerResult, label: str) -> _Case:
         engine = self.engine
+        if not local_runtime(engine.model.runtime):
+            kind = type(engine.model.runtime).__name__
+            raise RequestError("engine", f"explaining steering needs a local model, not {kind}")
         if not isinstance(result, SteerResult):
             raise RequestError("result", f"must be a SteerResult, got {type(result).__name__}")
         if result.model != engine.model.name:
@@ -443,6 +446,14 @@ def _grad_mm(x: Tensor, lin) -> Tensor:
     if lin.kernel == "rows":
         return lin(x)  # torch matmul: differentiable as it is
     return _DenseLinear.apply(x, lin)
+
+
+def local_runtime(runtime) -> bool:
+    """Whether explanations can run here: our fast runtime or TransformerLens in-process."""
+    from .tl_runtime import TransformerLensRuntime
+    from .transformer import Transformer
+
+    return isinstance(runtime, (Transformer, TransformerLensRuntime))
 
 
 def differentiable(runtime) -> Callable[..., Tensor]:

@@ -149,3 +149,13 @@ def test_path_points_and_spearman():
     assert path_points(1) == [(1.0, 1.0)]
     assert spearman([1, 2, 3], [10, 20, 30]) == pytest.approx(1.0)
     assert spearman([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
+
+
+def test_a_model_that_is_not_local_is_refused_by_name(engine, by_feature):
+    from types import SimpleNamespace
+
+    from steer_widgets.explain import Explainer
+
+    remote_like = SimpleNamespace(model=SimpleNamespace(runtime=object(), name=engine.model.name))
+    with pytest.raises(RequestError, match="engine"):
+        Explainer(remote_like).effect(by_feature)

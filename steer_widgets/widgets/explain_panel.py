@@ -17,6 +17,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
 from ..errors import SteerWidgetsError
+from ..explain import local_runtime
 from ..results import SteerResult
 from .completions import Completions, effect_state
 from .heatmap import Heatmap, changed_rows
@@ -39,7 +40,7 @@ class ExplainPanel:
         self.engine, self.completions, self.heatmap = engine, completions, heatmap
         self.show_feature, self.on_error = show_feature, on_error
         self.result: SteerResult | None = None
-        self.available = hasattr(engine, "steering_effect")
+        self.available = local_runtime(engine.model.runtime)
         self._lock = threading.Lock()
         self._worker = ThreadPoolExecutor(1, thread_name_prefix="sw-explain")
         self._pending: Future | None = None
