@@ -12,6 +12,7 @@ from __future__ import annotations
 import difflib
 import functools
 import importlib.util
+import warnings
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -193,7 +194,9 @@ def _convert(info: ReleaseInfo, sae_id: str, folder: Path, name: str) -> None:
     except ImportError as err:  # pragma: no cover - sae-lens is a dependency
         raise SourceError(name, "SAE Lens releases need the sae-lens package") from err
     try:
-        with cached_shape_probe():
+        with cached_shape_probe(), warnings.catch_warnings():
+            # its advice to load the model with these kwargs: we apply them at the hook
+            warnings.filterwarnings("ignore", r"\s*This SAE has non-empty model_from_pretrained")
             sae = LensSAE.from_pretrained(info.name, sae_id, device="cpu")
     except Exception as err:  # noqa: BLE001 - the hub's errors, named below
         raise _source_error(info, sae_id, name, err) from err
