@@ -219,9 +219,10 @@ def test_cancel_stops_within_one_step(engine, sources):
     frames = []
     for frame in engine.steer_stream(request, cancel):
         frames.append(frame)
-        if frame.step == 3:
-            threading.Thread(target=cancel.set).start()
-            threading.Event().wait(0.05)
+        if frame.step == 3:  # cancelled from another thread, set before the next step
+            setter = threading.Thread(target=cancel.set)
+            setter.start()
+            setter.join()
     steps = [f.step for f in frames if not f.done]
     assert max(steps) <= 4 and frames[-1].done
     assert all(c.stop == "cancelled" for c in frames[-1].outputs.values())
