@@ -170,7 +170,9 @@ def resolve_hub(name: str):
     official = _tl_official_name(name)
     if official is not None:  # on the hub without config.json: TransformerLens' own loader
         return official, None
-    raise ModelNotFound(name, f"no hub repo or TransformerLens model by that name{_near_tl(name)}")
+    raise ModelNotFound(
+        name, f"no folder, hub repo or TransformerLens model by that name{_near_tl(name)}"
+    )
 
 
 def _candidates(name: str):

@@ -439,3 +439,20 @@ def test_other_architectures_run_through_transformer_lens_by_name(hub):
     assert engine.model.hub_id == "EleutherAI/gpt-neo-125M"
     out = engine.generate(PROMPT, n_completion_tokens=3, temperature=0)
     assert len(out.token_ids) == 3
+
+
+def test_a_release_reads_the_same_features_through_transformer_lens(hub):
+    """gpt2-small-res-jb on TransformerLens' runtime (``backend="transformer_lens"``) reads
+    what it reads on the fast runtime: the release's centring is applied at the hook on both."""
+    from steer_widgets.tl_runtime import TransformerLensRuntime
+
+    name, location, _, _ = CASES["jb"]
+    fast = sw.Engine(name, saes={"sae": location})
+    tl = sw.Engine(name, saes={"sae": location}, backend="transformer_lens")
+    assert isinstance(tl.model.runtime, TransformerLensRuntime)
+    assert tl.saes.config("sae").view.centre and fast.saes.config("sae").view.centre
+    text = fast.text(PROMPT)
+    assert tl.text(PROMPT).ids == text.ids
+    torch.testing.assert_close(
+        tl.feature_values(text, "sae"), fast.feature_values(text, "sae"), atol=2e-4, rtol=1e-3
+    )
