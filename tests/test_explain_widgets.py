@@ -58,6 +58,20 @@ def test_clicking_a_token_opens_its_attribution(engine, ex):
     json.dumps(state["attribution"])  # JSON-able: it travels to the browser
 
 
+def test_a_feature_in_the_table_opens_its_card_or_steers(engine, ex):
+    ex.completions.select("STEERED", 1)
+    feature = ex.completions.attribution["features"][0]
+    source, index = feature["source"], feature["index"]
+    ex.completions.act("card", source, index)
+    assert f"#{index}" in ex.picker.card.body.value
+    before = len(ex.features)
+    ex.completions.act("steer", source, index)
+    assert ex.wait(120), ex.status
+    assert len(ex.features) == before + 1 and ex.features[-1].index == index
+    ex.remove_feature(len(ex.features) - 1)
+    assert ex.wait(120), ex.status
+
+
 def test_a_bad_click_shows_the_error_in_the_table(ex):
     ex.completions.select("STEERED", 999)
     assert "position" in ex.completions.attribution["error"]

@@ -55,7 +55,18 @@ function fmt(x) {
   return x === null || x === undefined ? "" : Number(x).toFixed(3);
 }
 
-function table(att) {
+function action(model, name, f) {
+  const b = document.createElement("button");
+  b.className = `sw-att-${name}`;
+  b.textContent = name;
+  b.addEventListener("click", () => {
+    model.set("feature_action", { action: name, source: f.source, index: f.index, at: Date.now() });
+    model.save_changes();
+  });
+  return b;
+}
+
+function table(att, model) {
   const box = document.createElement("div");
   box.className = "sw-attribution";
   if (!att || !att.label) return box;
@@ -68,7 +79,7 @@ function table(att) {
   if (att.error) return box;
   const t = document.createElement("table");
   const hr = t.insertRow();
-  for (const h of ["", "name", "share (nats)", "measured", "before", "after"]) {
+  for (const h of ["", "name", "share (nats)", "measured", "before", "after", ""]) {
     const th = document.createElement("th");
     th.textContent = h;
     hr.appendChild(th);
@@ -83,6 +94,7 @@ function table(att) {
     tr.className = "sw-att-feature";
     const cells = ["feature", `${f.source} #${f.index} ${f.label}`, fmt(f.attribution), fmt(f.ablated), fmt(f.before), fmt(f.after)];
     for (const v of cells) tr.insertCell().textContent = v;
+    tr.insertCell().append(action(model, "card", f), action(model, "steer", f));
   }
   box.appendChild(t);
   return box;
@@ -166,7 +178,7 @@ function render({ model, el }) {
     hover.hide();
     check.checked = !!model.get("effect_on");
     grid.replaceChildren(...model.get("panes").map((p) => pane(p, hover, model)));
-    att.replaceChildren(table(model.get("attribution")));
+    att.replaceChildren(table(model.get("attribution"), model));
   };
   for (const name of ["panes", "prompt", "stale", "effect_on", "effects", "selected", "attribution"]) {
     model.on(`change:${name}`, draw);

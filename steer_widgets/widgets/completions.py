@@ -33,7 +33,8 @@ class Completions(anywidget.AnyWidget):
     Why the text changed (filled by ``explain_panel``): ``effects`` maps a label to its
     tokens' ``p_steered``, ``p_unsteered`` and ``effect`` (nats), drawn as colours while
     ``effect_on``; clicking a token sets ``selected`` (``{label, position}``) and the
-    attribution table of that token arrives in ``attribution``.
+    attribution table of that token arrives in ``attribution``; each of its features has a
+    "card" and a "steer" button (``feature_action``).
     """
 
     _esm = traitlets.Unicode(assets.esm("completions")).tag(sync=True)
@@ -45,10 +46,17 @@ class Completions(anywidget.AnyWidget):
     effects = traitlets.Dict({}).tag(sync=True)
     selected = traitlets.Dict({}).tag(sync=True)
     attribution = traitlets.Dict({}).tag(sync=True)
+    feature_action = traitlets.Dict({}).tag(sync=True)  # {action: card | steer, source, index}
 
     def select(self, label: str, position: int) -> None:
         """Click token ``position`` of pane ``label`` (its attribution table opens)."""
         self.selected = {"label": label, "position": int(position)}
+
+    def act(self, action: str, source: str, index: int) -> None:
+        """Press a feature's "card" or "steer" button in the attribution table."""
+        self._presses = getattr(self, "_presses", 0) + 1  # the same button twice fires twice
+        self.feature_action = {"action": action, "source": source, "index": int(index),
+                               "at": self._presses}  # fmt: skip
 
     def effect_text(self, label: str, position: int) -> str:
         """The hover line of a token while effects are shown, as the browser writes it."""

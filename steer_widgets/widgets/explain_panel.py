@@ -36,9 +36,12 @@ class ExplainPanel:
         heatmap: Heatmap,
         show_feature: Callable[[str, int], None],
         on_error: Callable[[str], None],
+        open_card: Callable[[str, int], None] | None = None,
+        steer_with: Callable[[str, int], object] | None = None,
     ) -> None:
         self.engine, self.completions, self.heatmap = engine, completions, heatmap
         self.show_feature, self.on_error = show_feature, on_error
+        self.actions = {"card": open_card, "steer": steer_with}
         self.result: SteerResult | None = None
         self.available = local_runtime(engine.model.runtime)
         self._lock = threading.Lock()
@@ -48,6 +51,7 @@ class ExplainPanel:
         completions.observe(lambda _: self._effects(), names="effect_on")
         completions.observe(lambda c: self._clicked(c["new"]), names="selected")
         heatmap.observe(lambda c: self._picked(c["new"]), names="picked")
+        completions.observe(lambda c: self._act(c["new"]), names="feature_action")
 
     def shown(self, request, outputs: dict) -> None:
         """A run finished with ``outputs``: refresh effects and "what changed" (returns at
@@ -148,6 +152,12 @@ class ExplainPanel:
                 return None
             self.completions.attribution = a.to_dict()
             return a
+
+    def _act(self, action: dict) -> None:
+        """A feature's "card" or "steer" button in the attribution table."""
+        fn = self.actions.get(action.get("action")) if action else None
+        if fn is not None:
+            fn(action["source"], int(action["index"]))
 
     def _picked(self, picked: dict) -> None:
         if picked:

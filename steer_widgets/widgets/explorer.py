@@ -88,8 +88,9 @@ class Explorer:
         self.heat = HeatPipeline(engine, self.heatmap, self._fail)
         # why the text changed: effect colouring, a token's attribution, "what changed"
         self.explain = ExplainPanel(
-            engine, self.completions, self.heatmap, self._heat_of, self._fail
-        )
+            engine, self.completions, self.heatmap, self._heat_of, self._fail,
+            open_card=self.picker.card.show, steer_with=self.add_feature,
+        )  # fmt: skip
         self.runs = RunLoop(
             engine, self.completions, self.status_line, self.request, self._submit_heat,
             lambda err: self._fail(err, run_failed=True),
