@@ -33,6 +33,7 @@ from __future__ import annotations
 import copy
 import math
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -391,7 +392,7 @@ def _check_position(position, n: int) -> None:
 # ------------------------------------------------------------------------------ gradients
 
 
-_DENSE: dict[int, Tensor] = {}  # id(packed weight) -> its [N, K] copy, for the backward
+_DENSE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # Linear -> W [N, K]
 _DENSE_LOCK = threading.Lock()
 
 
@@ -400,12 +401,11 @@ def dense_weight(lin) -> Tensor:
     first use and kept: the backward's ``g @ W`` is then one plain matrix product (reading
     the packed blocks directly cost 4x more). Attribution holds at most one dense copy of the
     weights it backpropagates through (at most the model's fp32 size)."""
-    key = id(lin.packed)
-    with _DENSE_LOCK:
-        w = _DENSE.get(key)
+    with _DENSE_LOCK:  # keyed by the Linear itself: the copy goes when the model goes
+        w = _DENSE.get(lin)
         if w is None:
             w = lin.packed.transpose(1, 2).reshape(-1, lin.in_features)[: lin.out_features]
-            w = _DENSE[key] = w.contiguous()
+            w = _DENSE[lin] = w.contiguous()
     return w
 
 

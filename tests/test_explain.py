@@ -159,3 +159,19 @@ def test_a_model_that_is_not_local_is_refused_by_name(engine, by_feature):
     remote_like = SimpleNamespace(model=SimpleNamespace(runtime=object(), name=engine.model.name))
     with pytest.raises(RequestError, match="engine"):
         Explainer(remote_like).effect(by_feature)
+
+
+def test_the_differentiable_linear_matches_the_compiled_one(engine):
+    """Forward values as generation computes them; the backward is g @ W."""
+    from steer_widgets.explain import _grad_mm, dense_weight
+
+    lin = engine.model.runtime.layers[0].wqkv
+    x = torch.randn(2, 5, lin.in_features, requires_grad=True)
+    y = _grad_mm(x, lin)
+    assert torch.equal(y.detach(), lin(x.detach()))
+    if lin.kernel == "native":
+        w = dense_weight(lin)
+        assert torch.allclose(y.detach(), x.detach() @ w.T, atol=1e-4)
+        g = torch.randn_like(y)
+        (y * g).sum().backward()
+        assert torch.allclose(x.grad, g @ w, atol=1e-5)
