@@ -55,7 +55,7 @@ test-ipywidgets7: install
 # The explorer images in docs/ (light, dark, narrow), regenerated on purpose: the browser test
 # writes screenshots only to its temporary folder unless SW_SCREENSHOT_DIR names another.
 screenshots: install
-	SW_SCREENSHOT_DIR=$(CURDIR)/docs HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q tests/test_browser.py -p no:cacheprovider
+	SW_SCREENSHOT_DIR=$(CURDIR)/docs HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q tests/test_browser.py tests/test_export.py -p no:cacheprovider
 
 lint: install
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .

@@ -40,5 +40,5 @@ import pytest
 
 assert ipywidgets.__version__.startswith("7.7."), ipywidgets.__version__
 print(f"ipywidgets {ipywidgets.__version__} from {ipywidgets.__file__}", flush=True)
-sys.exit(pytest.main(["-q", "-p", "no:cacheprovider", "tests/test_widgets.py", *sys.argv[1:]]))
+sys.exit(pytest.main(["-q", "-p", "no:cacheprovider", "tests/test_widgets.py", "tests/test_evaluate_widgets.py", *sys.argv[1:]]))
 EOF

@@ -27,6 +27,8 @@ def tradeoff_svg(
     x_lo, x_hi = min(xs + [1.0]), max(xs + [1.0])
     if x_hi == x_lo:
         x_lo, x_hi = x_lo - 1, x_hi + 1
+    pad = 0.04 * (x_hi - x_lo)  # the end points' markers stay inside the frame
+    x_lo, x_hi = x_lo - pad, x_hi + pad
     flu = [p[2] for p in done]
     f_lo = min([0.0, *flu])
     f_hi = max([budget * 1.5, *flu])
@@ -54,9 +56,9 @@ def tradeoff_svg(
         f'<line x1="{LEFT}" x2="{W - RIGHT}" y1="{y_f(budget):.1f}" y2="{y_f(budget):.1f}" '
         f'stroke="{FLUENCY_COLOUR}" stroke-dasharray="2 3" stroke-opacity="0.7"/>'
     )
-    parts.append(_vline(x(1.0), "recommended x1", "currentColor", "4 3"))
+    parts.append(_vline(x(1.0), "recommended x1", "currentColor", "4 3", TOP + 11))
     if current is not None and math.isfinite(current) and x_lo <= current <= x_hi:
-        parts.append(_vline(x(current), f"current x{current:g}", "#2f855a", ""))
+        parts.append(_vline(x(current), f"current x{current:g}", "#2f855a", "", TOP + 25))
     parts.append(_polyline([(x(m), y_s(s)) for m, s, _, _ in done], SUCCESS_COLOUR, ""))
     parts.append(_polyline([(x(m), y_f(f)) for m, _, f, _ in done], FLUENCY_COLOUR, "5 3"))
     for m, s, f, n in done:
@@ -91,12 +93,15 @@ def _text(x: float, y: float, s: str, anchor: str, colour: str) -> str:
     )
 
 
-def _vline(x: float, label: str, colour: str, dash: str) -> str:
+def _vline(x: float, label: str, colour: str, dash: str, label_y: float) -> str:
+    """A marked strength; its label sits left of the line in the right half (stays inside)."""
     dashes = f' stroke-dasharray="{dash}"' if dash else ""
+    right_half = x > (LEFT + W - RIGHT) / 2
+    anchor, dx = ("end", -3) if right_half else ("start", 3)
     return (
         f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{TOP}" y2="{H - BOTTOM}" stroke="{colour}" '
         f'stroke-opacity="0.6"{dashes}><title>{escape(label)}</title></line>'
-        + _text(x + 3, TOP + 11, label, "start", colour)
+        + _text(x + dx, label_y, label, anchor, colour)
     )
 
 

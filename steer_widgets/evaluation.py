@@ -149,7 +149,8 @@ class Evaluation:
 
     def best(self, budget: float = FLUENCY_BUDGET, steering: str | None = None) -> float | None:
         """The ladder multiplier with the highest success rate whose mean fluency delta is
-        within ``budget`` nats (ties: the gentlest, nearest 0); ``None`` if none is."""
+        within ``budget`` nats (ties: the gentlest, nearest 0); ``None`` if none is, or if no
+        strength within it succeeded at all."""
         checks.number("budget", budget)
         name = self._one_steering(steering)
         table = self.summary()
@@ -158,6 +159,8 @@ class Evaluation:
         if table.empty:
             return None
         top = table["success"].max()
+        if top == 0:  # nothing turned: no strength is "best"
+            return None
         candidates = table[table["success"] == top]["strength"]
         return float(min(candidates, key=lambda m: (abs(m), m)))
 

@@ -3,7 +3,8 @@
 Starts JupyterLab on 127.0.0.1 with every Jupyter/IPython/XDG folder inside ``tmp_path``,
 opens a notebook that shows the explorer and uses it as a person would: moves a strength
 slider with the keyboard, hovers a heatmap token and a STEERED token (its probability and
-alternatives), stops a long run, empties the prompt, picks a preset, and checks the layout
+alternatives), stops a long run, empties the prompt, evaluates the steering over two prompts
+and sets the slider from the grid, picks a preset, and checks the layout
 at 1400 px and 800 px, light and dark (no horizontal scrollbar inside the explorer, no
 control cut off or outside it, slider tracks wide enough to use).
 
@@ -305,6 +306,27 @@ def test_explorer_in_jupyterlab(lab, tmp_path):
             commit(page, ".sw-explorer textarea", "I think that")
             wait_until(lambda: state(page) == "done", 120, "prompt back")
             assert not page.locator(".sw-completions .sw-stale-note").is_visible()
+
+            # the evaluate panel: two prompts x two strengths fill the grid and the chart; a
+            # strength in the grid sets the slider (x0: strength 0)
+            page.locator(".sw-eval details summary").click()
+            commit(page, ".sw-eval-prompts", "I went to the\nchat: Tell me a story.")
+            commit(page, ".sw-eval-ladder", "0, 1")
+            page.locator(".sw-eval-run").click()
+            badge = page.locator(".sw-eval .sw-badge")
+            wait_until(lambda: badge.inner_text() == "done", 180, "evaluation")
+            assert page.locator(".sw-eval-grid .sw-eval-cell").count() == 4
+            judged = page.locator(".sw-eval-grid .sw-eval-hit, .sw-eval-grid .sw-eval-miss")
+            assert judged.count() == 4
+            assert page.locator(".sw-eval-chart svg .sw-point").count() == 2
+            page.locator(".sw-eval").screenshot(path=str(tmp_path / "evaluate-in-lab.png"))
+            readout = page.locator(".sw-strength .widget-readout").first
+            shown = lambda: float(readout.inner_text().replace("\u2212", "-"))  # noqa: E731
+            x1 = shown()
+            page.locator(".sw-eval-strength[data-strength='0']").click()
+            # 0 up to the slider's step grid (the front end snaps to min + k * step)
+            wait_until(lambda: abs(shown()) < max(0.5, abs(x1) / 100), 30, "slider at x0")
+            wait_until(lambda: state(page) == "done", 120, "rerun at x0")
 
             # narrow (a Colab-like width, no file browser open): wraps, nothing cut off
             page.evaluate("window.jupyterapp.shell.collapseLeft()")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -47,7 +48,11 @@ ex
 
 # a small evaluation in the same explorer: its chart and grid must render from disk too
 EVALUATE = """\
-ex.evaluate(["Paris is", "The weather today"], strengths=(0, 1), judge=["paris"])
+ex.set_strength(0, 0.0)  # the feature stays for the heatmap; the concept alone steers
+ex.add_concept("ocean", engine.concept_vector("ocean"))
+chats = [[{"role": "user", "content": c}] for c in ("Write a short story.", "What should I do?")]
+ex.evaluate(["I went to the", "Let me tell you about", *chats], strengths=(0, 0.5, 1, 1.5, 2),
+            judge=["ocean"])
 """
 
 
@@ -179,6 +184,11 @@ def test_exported_explorer_renders_offline_in_chromium(exported):
                   };
                 }"""
             )
+            shot = Path(tempfile.gettempdir()) / "sw-explorer-evaluate.png"
+            page.locator(".sw-eval").screenshot(path=str(shot))
+            if os.environ.get("SW_SCREENSHOT_DIR"):  # make screenshots: the README's image
+                shutil.copy(shot, Path(os.environ["SW_SCREENSHOT_DIR"]) / "explorer-evaluate.png")
+            shot.unlink()
         finally:
             ctx.close()
 
@@ -191,9 +201,10 @@ def test_exported_explorer_renders_offline_in_chromium(exported):
     assert drawn["panes"] == saved_pane_texts(exported.read_text(encoding="utf-8"))
     assert all(text.strip() for text in drawn["panes"].values()), drawn["panes"]
     assert drawn["sliders"] >= 1  # the standard ipywidgets render too (strength slider...)
-    # the evaluate panel: chart (one point per strength) and a finished 2 x 2 grid
-    assert drawn["points"] == 2 and drawn["evalState"] == "done", drawn
-    assert len(drawn["cells"]) == 4, drawn["cells"]
+    # the evaluate panel: chart (one point per strength) and a finished 4 x 5 grid
+    assert drawn["points"] == 5 and drawn["evalState"] == "done", drawn
+    assert len(drawn["cells"]) == 20, drawn["cells"]
+    assert any("sw-eval-hit" in c for c in drawn["cells"]), drawn["cells"]
     assert all("sw-eval-hit" in c or "sw-eval-miss" in c for c in drawn["cells"]), drawn["cells"]
     # nothing needed the network (a blocked request would also show up as a missing piece)
     assert blocked == [], blocked

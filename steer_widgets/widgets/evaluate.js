@@ -11,7 +11,8 @@ function render({ model, el }) {
   run.className = "sw-eval-run";
   run.title = "run the current steering over the prompts and the strength ladder";
   const stop = document.createElement("button");
-  stop.textContent = "stop";
+  stop.textContent = "cancel";
+  stop.title = "cancel the evaluation (finished rows stay)";
   stop.className = "sw-eval-stop";
   const badge = document.createElement("span");
   badge.className = "sw-badge";
@@ -71,7 +72,7 @@ function render({ model, el }) {
       const tr = table.insertRow();
       const name = tr.insertCell();
       name.className = "sw-eval-prompt";
-      name.textContent = `${row.kind === "chat" ? "💬 " : ""}${row.prompt}`;
+      name.textContent = `${row.kind === "chat" ? "chat: " : ""}${row.prompt}`;
       name.title = `DEFAULT: ${row.default}`;
       for (const cell of row.cells) {
         const td = tr.insertCell();

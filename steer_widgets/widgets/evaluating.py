@@ -106,7 +106,7 @@ class Evaluating:
             self.panel.show_state(state, f"{len(evaluation.rows)} of {evaluation.total} rows kept")
         else:
             best = evaluation.best(steering=next(iter(evaluation.steerings)))
-            tail = "no strength within 1 nat" if best is None else f"best within 1 nat: x{best:g}"
+            tail = "none turned within 1 nat" if best is None else f"best within 1 nat: x{best:g}"
             seconds = evaluation.stats.get("seconds", 0.0)
             self.panel.show_state("done", f"{len(evaluation.rows)} rows in {seconds:.1f} s; {tail}")
 

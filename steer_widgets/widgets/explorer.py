@@ -28,6 +28,7 @@ from ..arguments import public_methods
 from ..errors import ArgumentError, RequestError, SteerWidgetsError
 from ..results import Completion, SteerResult
 from ..steering import Feature, SteerRequest, Vector, check_vector
+from .evaluating import Evaluating, judge_words
 from .explain_panel import ExplainPanel
 from .feature_rows import DEFAULT_STRENGTH, FeatureRows
 from .fields import BY_NAME, Controls, defaults
@@ -96,6 +97,10 @@ class Explorer:
             lambda err: self._fail(err, run_failed=True),
         )  # fmt: skip
         self.runner = Runner(lambda cancel: self.runs.work(cancel, self.runner.started), debounce_s)
+        self.evaluating = Evaluating(
+            engine, v.evaluation, self._evaluated_steering, self.set_strength,
+            lambda: [float(r.slider.value) for r in self.features_ui.rows],
+        )  # fmt: skip
         with self._batch(run=False):
             if sweep:
                 self.set(sweep=sweep)
@@ -369,6 +374,45 @@ class Explorer:
             raise RequestError("row", f"there is no row {row!r}: no feature picked yet")
         checks.integer("row", row, 0, rows - 1)
 
+    # -- evaluation ------------------------------------------------------------------------
+    def evaluate(self, prompts: list | None = None, strengths=None, judge=None) -> bool:
+        """Run the steering as the sliders set it (the x1 point) over ``prompts`` (``None``:
+        the panel's list, at first the engine's shipped panel) and the ``strengths`` ladder,
+        in the evaluate panel; returns at once (False: refused, the panel says why).
+        ``judge`` defaults to the concepts' names and the features' label words."""
+        return self.evaluating.start(prompts, strengths, judge)
+
+    def stop_evaluation(self) -> None:
+        """Cancel the running evaluation within one decode step; finished rows stay."""
+        self.evaluating.stop()
+
+    def wait_evaluation(self, timeout: float | None = 300.0) -> bool:
+        """Block until the running evaluation ended; False on timeout."""
+        if timeout is not None:
+            timeout = checks.number("timeout", timeout, minimum=0)
+        return self.evaluating.wait(timeout)
+
+    @property
+    def evaluation(self):
+        """The last evaluation shown in the panel (``Evaluation``; partial while running)."""
+        return self.evaluating.evaluation
+
+    def pick_strength(self, multiplier: float) -> None:
+        """Set every slider to ``multiplier`` times its value at the last evaluation (what
+        clicking a strength in the chart or the grid does)."""
+        try:
+            checks.number("multiplier", multiplier)
+        except RequestError as err:
+            self._fail(err)
+            return
+        self.evaluating.pick(multiplier)
+
+    def _evaluated_steering(self) -> tuple[SteerRequest, list[str]]:
+        request = self.request()
+        if not (request.features or request.vectors):
+            raise RequestError("steering", "pick a feature or add a concept to evaluate first")
+        return request, judge_words(self.engine, self.features_ui.rows)
+
     # -- control flow --------------------------------------------------------------------
     @contextmanager
     def _batch(self, run: bool = True):
@@ -384,6 +428,7 @@ class Explorer:
     def _changed(self, _change=None) -> None:
         if self._quiet:
             return
+        self.evaluating.redraw()  # the chart's mark follows the sliders
         self.record_box.layout.display = "none"  # it described the previous settings
         if self.live.value:
             self.runner.schedule()

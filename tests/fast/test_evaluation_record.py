@@ -51,6 +51,7 @@ def test_best_within_budget():
     assert ev.best(budget=1.2) == 2.0  # x2 now fits the budget (1.1 nat); x3 (2.2) does not
     assert ev.best(budget=5.0) == 2.0  # a tie at 100%: the gentler strength
     assert ev.best(budget=-1.0) is None
+    assert ev.best(budget=0.0) is None  # only x0 fits, and it turned nothing
     with pytest.raises(RequestError, match="budget"):
         ev.best(budget=float("nan"))
     with pytest.raises(RequestError, match="steering"):
