@@ -200,7 +200,7 @@ def _near_tl(name: str) -> str:
         from transformer_lens.loading_from_pretrained import MODEL_ALIASES, OFFICIAL_MODEL_NAMES
     except Exception:  # noqa: BLE001 - TransformerLens missing: no suggestions
         return ""
-    from .releases import suggest
+    from .names import suggest
 
     aliases = [a for names in MODEL_ALIASES.values() for a in names]
     return suggest(name, list(OFFICIAL_MODEL_NAMES) + aliases)

@@ -9,7 +9,6 @@ use.
 
 from __future__ import annotations
 
-import difflib
 import functools
 import importlib.util
 import warnings
@@ -26,6 +25,7 @@ from .errors import (
     SourceUnavailable,
     SourceUnsupported,
 )
+from .names import suggest
 from .paths import cache_dir
 
 REGISTRY_FILE = "pretrained_saes.yaml"
@@ -71,15 +71,6 @@ class ReleaseInfo:
 
     def neuronpedia_id(self, sae_id: str) -> str | None:
         return self.sae(sae_id).get("neuronpedia")
-
-
-def suggest(name: str, choices: list[str], n: int = 3) -> str:
-    """``"; did you mean 'a', 'b'?"`` for the nearest names (difflib), or ``""``."""
-    near = difflib.get_close_matches(name, choices, n=n, cutoff=0.6)
-    if not near:
-        lowered = name.lower()
-        near = [c for c in choices if lowered in c.lower()][:n]
-    return f"; did you mean {', '.join(repr(c) for c in near)}?" if near else ""
 
 
 def registry_path() -> Path:
