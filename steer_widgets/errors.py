@@ -66,6 +66,15 @@ class ModelUnavailable(ModelError, ConnectionError):
     """The model is not in the hub cache and the hub cannot be reached (or ``HF_HUB_OFFLINE``)."""
 
 
+class QuantizationUnsupported(SteerWidgetsError, ValueError):
+    """A GGUF tensor we cannot read exactly: a quantization type we do not decode (the
+    message lists those we do), or a block whose scale is inf or NaN; ``qtype`` names it."""
+
+    def __init__(self, qtype: str, problem: str) -> None:
+        self.qtype, self.problem = qtype, problem
+        super().__init__(f"quantization {qtype}: {problem}")
+
+
 class RemoteError(SteerWidgetsError):
     """A remote model server (``Engine.remote``) failed; ``url`` says which one.
 

@@ -404,7 +404,10 @@ def dense_weight(lin) -> Tensor:
     with _DENSE_LOCK:  # keyed by the Linear itself: the copy goes when the model goes
         w = _DENSE.get(lin)
         if w is None:
-            w = lin.packed.transpose(1, 2).reshape(-1, lin.in_features)[: lin.out_features]
+            if hasattr(lin, "dense"):  # GGUF blocks (quant.QuantLinear): dequantized
+                w = lin.dense()
+            else:
+                w = lin.packed.transpose(1, 2).reshape(-1, lin.in_features)[: lin.out_features]
             w = _DENSE[lin] = w.contiguous()
     return w
 

@@ -64,8 +64,10 @@ def load_model(
     dtype: torch.dtype = torch.float32,
     backend: str = "auto",
     kernel: str = DEFAULT_KERNEL,
+    quantized: bool | None = None,
 ) -> LoadedModel:
-    """Load ``name``: the offline default, a local folder, or a hub model (network needed).
+    """Load ``name``: the offline default, a local folder, a ``.gguf`` file, or a hub model
+    (network needed).
 
     ``device``: "cpu", "cuda", "mps", "auto" (every visible GPU), or a list of devices over
     which the layers are split in order, for a model larger than one GPU. Compute in float32
@@ -79,9 +81,23 @@ def load_model(
     all decode rows and is the fastest for one row too; "onednn" (its fallback when no
     compiler is found) also shares one pass among rows; "rows" gives each row its own
     matrix-vector product. GPUs always use "rows".
+    ``quantized``: read a GGUF's quantized matrices as they ship (``quant.py``: the same
+    logits as their float32 copy, bit for bit, from a fifth of the bytes); None means True
+    for a ``.gguf`` file and False for the default model; False reads float32 copies.
     """
     _check_load(name, device, dtype, backend, kernel)
+    if quantized is not None and not isinstance(quantized, bool):
+        raise RequestError("quantized", f"must be True, False or None, got {quantized!r}")
     hub_id: str | None = None
+    gguf = _gguf_file(name, quantized)
+    if gguf is not None and backend != "transformer_lens":
+        from .gguf_model import load_gguf
+
+        loaded = load_gguf(
+            gguf, str(name), _one_device(device), dtype, kernel, quantized is not False
+        )
+        loaded.hub_id = DEFAULT_MODEL if name == DEFAULT_MODEL else None
+        return loaded
     if name == DEFAULT_MODEL:
         folder, hub_id = default_model_dir(), DEFAULT_MODEL
     elif Path(name).is_dir():
@@ -102,6 +118,15 @@ def load_model(
 
 
 BACKENDS = ("auto", "fast", "transformer_lens")
+
+
+def _gguf_file(name, quantized: bool | None) -> Path | None:
+    """The GGUF to read ``name`` from: a ``.gguf`` file given by path, or the default
+    model's own when asked for quantized."""
+    if name == DEFAULT_MODEL:
+        return gguf_path() if quantized else None
+    path = Path(name)
+    return path if path.suffix.lower() == ".gguf" and path.is_file() else None
 
 
 def _check_load(name, device, dtype, backend, kernel) -> None:

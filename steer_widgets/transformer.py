@@ -34,6 +34,7 @@ from torch import Tensor
 
 from . import native
 from .linear import DEFAULT_KERNEL, Linear
+from .quant import QuantLinear, QuantWeight
 from .runtime import HOOK_KINDS, Hook
 
 # transformers model_type -> weight naming layout
@@ -438,13 +439,23 @@ class Transformer:
         def w(name: str, dev=self.device) -> Tensor:
             return state[name].to(device=dev, dtype=dtype).contiguous()
 
-        self.embed = w(names["embed"] + ".weight")
+        embed = names["embed"] + ".weight"
+        quantized = isinstance(state[embed], QuantWeight)  # rows read from its blocks
+        self.embed = self._linear(state, (names["embed"],), self.device) if quantized else w(embed)
         self.pos_embed = w(names["pos_embed"] + ".weight") if cfg.learned_positions else None
         unembed = names["unembed"] + ".weight"
         tied = unembed not in state
-        self.unembed = self._linear(state, (names["embed"] if tied else names["unembed"],), last)
-        # [vocab, d_model], for reading features out through the unembedding
-        self.unembed_weight = self.embed if tied else w(unembed, last)
+        if tied and quantized:
+            self.unembed = self.embed
+        else:
+            source = names["embed"] if tied else names["unembed"]
+            self.unembed = self._linear(state, (source,), last)
+        # [vocab, d_model], for reading features out through the unembedding (see below)
+        self._unembed_weight = (
+            None
+            if isinstance(self.unembed, QuantLinear)
+            else (self.embed if tied else w(unembed, last))
+        )
         self.final_norm = self._norm_weights(state, names["final_norm"], last)
         self.layers = [self._layer(state, names, i) for i in range(cfg.n_layers)]
         self._rope: dict = {}  # (Rope, device) -> (cos, signed sin), grown on demand
@@ -463,10 +474,25 @@ class Transformer:
             self._rms_norm, self._rotary_op = native.op("rms_norm"), native.op("rotary")
         self.row_groups = self.calibrate()
 
-    def _linear(self, state, names: Sequence[str], dev) -> Linear:
-        weight = torch.cat([state[n + ".weight"] for n in names])
+    @property
+    def unembed_weight(self) -> Tensor:
+        """[vocab, d_model] float32; a quantized unembedding is dequantized on first use
+        only (feature read-outs), so generation never holds the float32 copy."""
+        if self._unembed_weight is None:
+            self._unembed_weight = self.unembed.dense()
+        return self._unembed_weight
+
+    def _linear(self, state, names: Sequence[str], dev) -> Linear | QuantLinear:
+        parts = [state[n + ".weight"] for n in names]
         biases = [state.get(n + ".bias") for n in names]
         bias = torch.cat(biases) if all(b is not None for b in biases) else None
+        if any(isinstance(p, QuantWeight) for p in parts):  # GGUF blocks: see quant.py
+            fused = QuantWeight.cat(parts)
+            if fused is not None:
+                b = None if bias is None else bias.to(dtype=torch.float32)
+                return QuantLinear(fused.raw, fused.qtype, fused.in_features, bias=b)
+            parts = [p.dequantize() if isinstance(p, QuantWeight) else p for p in parts]
+        weight = torch.cat(parts)
         return Linear(
             weight.to(device=dev, dtype=self.dtype),
             kernel=self.kernel,
@@ -597,7 +623,10 @@ class Transformer:
         return logits
 
     def _embed(self, tokens: Tensor, start: int) -> Tensor:
-        x = F.embedding(tokens, self.embed)
+        if isinstance(self.embed, QuantLinear):
+            x = self.embed.rows(tokens)
+        else:
+            x = F.embedding(tokens, self.embed)
         if self._embed_scale is not None:
             x = x * self._embed_scale
         if self.pos_embed is not None:

@@ -17,6 +17,8 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <vector>
 #include <optional>
 #include <utility>
 
@@ -90,6 +92,25 @@ inline void store(float* p, const Vec& v, int64_t n, const float* bias) {
 }
 #endif
 
+// One k of the chain: every row's x[r, k] times each weight line, added to its accumulator.
+template <int R, int C>
+inline void step(const float* x, int64_t K, int64_t k, const Vec (&wk)[C], Vec (&acc)[R][C]) {
+  for (int r = 0; r < R; ++r) {
+    const float a = x[r * K + k];
+    for (int c = 0; c < C; ++c) acc[r][c] = fma(a, wk[c], acc[r][c]);
+  }
+}
+
+// The accumulators of R rows x C column blocks from block b into y (+ bias).
+template <int R, int C>
+inline void finish(const Vec (&acc)[R][C], const float* bias, float* y, int64_t N, int64_t b) {
+  for (int c = 0; c < C; ++c) {
+    const int64_t col = (b + c) * kBlock;
+    const int64_t n = std::min(kBlock, N - col);
+    for (int r = 0; r < R; ++r) store(y + r * N + col, acc[r][c], n, bias ? bias + col : nullptr);
+  }
+}
+
 // R rows (x: row stride K) times C consecutive column blocks starting at block b.
 template <int R, int C>
 void tile(const float* x, const float* w, const float* bias, float* y, int64_t K, int64_t N,
@@ -105,16 +126,9 @@ void tile(const float* x, const float* w, const float* bias, float* y, int64_t K
       __builtin_prefetch(line + kPrefetch * kBlock);  // a hint: past the end it is a no-op
       wk[c] = load(line);
     }
-    for (int r = 0; r < R; ++r) {
-      const float a = x[r * K + k];
-      for (int c = 0; c < C; ++c) acc[r][c] = fma(a, wk[c], acc[r][c]);
-    }
+    step<R, C>(x, K, k, wk, acc);
   }
-  for (int c = 0; c < C; ++c) {
-    const int64_t col = (b + c) * kBlock;
-    const int64_t n = std::min(kBlock, N - col);
-    for (int r = 0; r < R; ++r) store(y + r * N + col, acc[r][c], n, bias ? bias + col : nullptr);
-  }
+  finish<R, C>(acc, bias, y, N, b);
 }
 
 using TileFn = void (*)(const float*, const float*, const float*, float*, int64_t, int64_t,
@@ -133,6 +147,22 @@ constexpr auto tiles(std::integer_sequence<int, Rs...>) {
 constexpr auto kTiles = tiles<kTile>(std::make_integer_sequence<int, kRows>{});
 constexpr auto kWideTiles = tiles<kWide>(std::make_integer_sequence<int, kWideRows>{});
 
+// the bias pointer (nullptr for none), checked against n_out
+const float* bias_of(const std::optional<at::Tensor>& bias, int64_t n_out) {
+  if (!bias.has_value()) return nullptr;
+  TORCH_CHECK(bias->dim() == 1 && bias->size(0) == n_out && bias->is_contiguous() &&
+                  bias->scalar_type() == at::kFloat,
+              "bias must be a contiguous float32 [n_out]");
+  return bias->data_ptr<float>();
+}
+
+// y [..., n_out] for x [..., K]
+at::Tensor output_of(const at::Tensor& x, int64_t n_out) {
+  auto sizes = x.sizes().vec();
+  sizes.back() = n_out;
+  return at::empty(sizes, x.options());
+}
+
 }  // namespace
 
 // x [..., K] and packed [ceil(N/16), K, 16] (fp32): returns x @ W.T (+ bias), [..., N]. The
@@ -149,16 +179,8 @@ at::Tensor linear(const at::Tensor& x_in, const at::Tensor& packed, int64_t n_ou
   TORCH_CHECK(blocks == (n_out + kBlock - 1) / kBlock, "packed weight does not match n_out");
   const at::Tensor x = x_in.reshape({-1, K}).contiguous();
   const int64_t M = x.size(0);
-  const float* bp = nullptr;
-  if (bias.has_value()) {
-    TORCH_CHECK(bias->dim() == 1 && bias->size(0) == n_out && bias->is_contiguous() &&
-                    bias->scalar_type() == at::kFloat,
-                "bias must be a contiguous float32 [n_out]");
-    bp = bias->data_ptr<float>();
-  }
-  auto sizes = x_in.sizes().vec();
-  sizes.back() = n_out;
-  auto y = at::empty(sizes, x.options());
+  const float* bp = bias_of(bias, n_out);
+  auto y = output_of(x_in, n_out);
   const float* xp = x.data_ptr<float>();
   const float* wp = packed.data_ptr<float>();
   float* yp = y.data_ptr<float>();
@@ -179,6 +201,295 @@ at::Tensor linear(const at::Tensor& x_in, const at::Tensor& packed, int64_t n_ou
       }
     }
   });
+  return y;
+}
+
+// ---------------------------------------------------------------- quantized weights (GGUF)
+//
+// The same products with the weight read as GGUF quantized blocks (Q4_0, Q4_1, Q8_0: 32
+// weights along k share an f16 scale d, and for Q4_1 an f16 min m). Packed once at load
+// (quant.py) as [N/16][K/32][bytes]: per 16 output columns and 32 k, the 16 scales (f16), the
+// 16 mins (Q4_1), then one line per k of the 16 columns' codes (4-bit: 8 bytes, column i in
+// the low nibble of byte i and column i + 8 in its high nibble; 8-bit: 16 signed bytes).
+// Each weight is dequantized in registers exactly as gguf.quants does it in float32 numpy
+// (Q4_0: d * (q - 8); Q4_1: (d * q) + m; Q8_0: q * d; a separate multiply and add, the file
+// built with -ffp-contract=off), and then enters the same in-order fused multiply-add chain
+// as the float32 kernel above: the bits of that kernel on the dequantized matrix.
+namespace {
+
+constexpr int64_t kQK = 32;  // weights per GGUF block along k
+enum QType : int64_t { kQ4_0 = 2, kQ4_1 = 3, kQ8_0 = 8 };  // ggml's type ids
+
+constexpr int64_t scale_bytes(int64_t t) { return t == kQ4_1 ? 64 : 32; }
+constexpr int64_t line_bytes(int64_t t) { return t == kQ8_0 ? 16 : 8; }
+constexpr int64_t group_bytes(int64_t t) { return scale_bytes(t) + kQK * line_bytes(t); }
+
+// f16 -> f32, exact (subnormal halves are normal floats; inf and NaN are refused at load)
+inline float half_to_float(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
+  float f;
+  if (exp == 0) {
+    f = std::ldexp(static_cast<float>(mant), -24);
+    return sign ? -f : f;
+  }
+  const uint32_t bits = sign | ((exp == 31 ? 255u : exp + 112u) << 23) | (mant << 13);
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+// weight k of the 16 columns of one group: `scales` its 16 (Q4_1: 32) f16 values
+inline float code(int64_t t, const uint8_t* line, int64_t i) {
+  if (t == kQ8_0) return static_cast<float>(static_cast<int8_t>(line[i]));
+  const uint8_t byte = line[i % 8];
+  const int q = i < 8 ? (byte & 0x0f) : (byte >> 4);
+  return static_cast<float>(t == kQ4_0 ? q - 8 : q);
+}
+
+inline float dequant_one(int64_t t, const uint8_t* group, int64_t kk, int64_t i) {
+  uint16_t h[2];
+  std::memcpy(&h[0], group + 2 * i, 2);
+  const float d = half_to_float(h[0]);
+  const float q = code(t, group + scale_bytes(t) + kk * line_bytes(t), i);
+  if (t != kQ4_1) return d * q;
+  std::memcpy(&h[1], group + 32 + 2 * i, 2);
+  return d * q + half_to_float(h[1]);  // no contraction: -ffp-contract=off
+}
+
+struct Scales {
+  Vec d, m;
+};
+
+#if defined(__AVX512F__)
+inline Vec halves(const uint8_t* p) {
+  return {_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)))};
+}
+template <int64_t T>
+inline Vec dequant(const uint8_t* line, const Scales& s) {
+  __m512 q;
+  if constexpr (T == kQ8_0) {
+    q = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(line))));
+    return {_mm512_mul_ps(q, s.d.v)};
+  } else {
+    const __m128i v = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(line));
+    const __m128i nib = _mm_set1_epi8(0x0f);
+    const __m128i both = _mm_unpacklo_epi64(_mm_and_si128(v, nib), _mm_and_si128(_mm_srli_epi16(v, 4), nib));
+    __m512i qi = _mm512_cvtepu8_epi32(both);
+    if constexpr (T == kQ4_0) qi = _mm512_sub_epi32(qi, _mm512_set1_epi32(8));
+    q = _mm512_cvtepi32_ps(qi);
+    const __m512 dq = _mm512_mul_ps(s.d.v, q);
+    return {T == kQ4_1 ? _mm512_add_ps(dq, s.m.v) : dq};
+  }
+}
+#elif defined(__AVX2__) && defined(__FMA__)
+inline Vec halves(const uint8_t* p) {
+#if defined(__F16C__)
+  const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16));
+  return {_mm256_cvtph_ps(lo), _mm256_cvtph_ps(hi)};
+#else
+  alignas(32) float f[kBlock];
+  for (int64_t i = 0; i < kBlock; ++i) {
+    uint16_t h;
+    std::memcpy(&h, p + 2 * i, 2);
+    f[i] = half_to_float(h);
+  }
+  return load(f);
+#endif
+}
+template <int64_t T>
+inline Vec dequant(const uint8_t* line, const Scales& s) {
+  if constexpr (T == kQ8_0) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(line));
+    const __m256 lo = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v));
+    const __m256 hi = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(v, 8)));
+    return {_mm256_mul_ps(lo, s.d.lo), _mm256_mul_ps(hi, s.d.hi)};
+  } else {
+    const __m128i v = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(line));
+    const __m128i nib = _mm_set1_epi8(0x0f);
+    __m256i a = _mm256_cvtepu8_epi32(_mm_and_si128(v, nib));
+    __m256i b = _mm256_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(v, 4), nib));
+    if constexpr (T == kQ4_0) {
+      a = _mm256_sub_epi32(a, _mm256_set1_epi32(8));
+      b = _mm256_sub_epi32(b, _mm256_set1_epi32(8));
+    }
+    __m256 lo = _mm256_mul_ps(s.d.lo, _mm256_cvtepi32_ps(a));
+    __m256 hi = _mm256_mul_ps(s.d.hi, _mm256_cvtepi32_ps(b));
+    if constexpr (T == kQ4_1) {
+      lo = _mm256_add_ps(lo, s.m.lo);
+      hi = _mm256_add_ps(hi, s.m.hi);
+    }
+    return {lo, hi};
+  }
+}
+#else
+inline Vec halves(const uint8_t* p) {
+  Vec v;
+  for (int64_t i = 0; i < kBlock; ++i) {
+    uint16_t h;
+    std::memcpy(&h, p + 2 * i, 2);
+    v.f[i] = half_to_float(h);
+  }
+  return v;
+}
+template <int64_t T>
+inline Vec dequant(const uint8_t* line, const Scales& s) {
+  Vec v;
+  for (int64_t i = 0; i < kBlock; ++i) {
+    const float dq = s.d.f[i] * code(T, line, i);
+    v.f[i] = T == kQ4_1 ? dq + s.m.f[i] : dq;
+  }
+  return v;
+}
+#endif
+
+inline Scales scales_of(int64_t t, const uint8_t* group) {
+  return {halves(group), t == kQ4_1 ? halves(group + 32) : zero()};
+}
+
+// R rows times C column blocks from block b, dequantizing each weight line once for all rows
+// (decode: the weights stream from memory once, in their quantized size).
+template <int64_t T, int R, int C>
+void qtile(const float* x, const uint8_t* w, const float* bias, float* y, int64_t K, int64_t N,
+           int64_t b) {
+  constexpr int64_t G = group_bytes(T), L = line_bytes(T), S = scale_bytes(T);
+  const int64_t groups = K / kQK;
+  Vec acc[R][C];
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) acc[r][c] = zero();
+  for (int64_t g = 0; g < groups; ++g) {
+    const uint8_t* grp[C];
+    Scales s[C];
+    for (int c = 0; c < C; ++c) {
+      grp[c] = w + ((b + c) * groups + g) * G;
+      __builtin_prefetch(grp[c] + 4 * G);
+      s[c] = scales_of(T, grp[c]);
+    }
+    for (int64_t kk = 0; kk < kQK; ++kk) {
+      const int64_t k = g * kQK + kk;
+      Vec wk[C];
+      for (int c = 0; c < C; ++c) wk[c] = dequant<T>(grp[c] + S + kk * L, s[c]);
+      step<R, C>(x, K, k, wk, acc);
+    }
+  }
+  finish<R, C>(acc, bias, y, N, b);
+}
+
+// Column block b dequantized whole into `panel` ([K][16] floats, the float32 packing), for
+// many rows (prefill): the float32 tiles then run on it unchanged.
+template <int64_t T>
+void dequant_panel(const uint8_t* w, int64_t K, int64_t b, float* panel) {
+  constexpr int64_t G = group_bytes(T), L = line_bytes(T), S = scale_bytes(T);
+  const int64_t groups = K / kQK;
+  for (int64_t g = 0; g < groups; ++g) {
+    const uint8_t* grp = w + (b * groups + g) * G;
+    const Scales s = scales_of(T, grp);
+    for (int64_t kk = 0; kk < kQK; ++kk) {
+      const Vec v = dequant<T>(grp + S + kk * L, s);
+      std::memcpy(panel + (g * kQK + kk) * kBlock, &v, sizeof v);
+    }
+  }
+}
+
+using QTileFn = void (*)(const float*, const uint8_t*, const float*, float*, int64_t, int64_t,
+                        int64_t);
+template <int64_t T, int R, int... Cs>
+constexpr std::array<QTileFn, sizeof...(Cs)> qtiles_of(std::integer_sequence<int, Cs...>) {
+  return {qtile<T, R, Cs + 1>...};
+}
+template <int64_t T, int W, int... Rs>
+constexpr auto qtiles(std::integer_sequence<int, Rs...>) {
+  return std::array{qtiles_of<T, Rs + 1>(std::make_integer_sequence<int, W>{})...};
+}
+template <int64_t T>
+constexpr auto kQTiles = qtiles<T, kWide>(std::make_integer_sequence<int, kWideRows>{});
+
+constexpr int64_t kPanelRows = kWideRows;  // more rows than this: dequantize a panel once
+
+template <int64_t T>
+void qlinear(const float* xp, const uint8_t* wp, const float* bp, float* yp, int64_t M, int64_t K,
+             int64_t n_out, int64_t blocks) {
+  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, M * K * kBlock));
+  if (M <= kPanelRows) {
+    at::parallel_for(0, blocks, grain, [&](int64_t b0, int64_t b1) {
+      for (int64_t b = b0; b < b1; b += kWide) {
+        const int cols = static_cast<int>(std::min<int64_t>(kWide, b1 - b));
+        kQTiles<T>[M - 1][cols - 1](xp, wp, bp, yp, K, n_out, b);
+      }
+    });
+    return;
+  }
+  at::parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) {
+    std::vector<float> panel(static_cast<size_t>(kTile * K * kBlock));
+    for (int64_t b = b0; b < b1; b += kTile) {
+      const int cols = static_cast<int>(std::min<int64_t>(kTile, b1 - b));
+      for (int c = 0; c < cols; ++c) dequant_panel<T>(wp, K, b + c, panel.data() + c * K * kBlock);
+      // the float32 tile reads block b at w + b * K * 16: point w there at the panel
+      const float* w = panel.data() - b * K * kBlock;
+      for (int64_t m = 0; m < M; m += kRows) {
+        const int rows = static_cast<int>(std::min<int64_t>(kRows, M - m));
+        kTiles[rows - 1][cols - 1](xp + m * K, w, bp, yp + m * n_out, K, n_out, b);
+      }
+    }
+  });
+}
+
+void check_quant(const at::Tensor& packed, int64_t qtype, int64_t K) {
+  TORCH_CHECK(qtype == kQ4_0 || qtype == kQ4_1 || qtype == kQ8_0, "qtype must be 2, 3 or 8");
+  TORCH_CHECK(packed.scalar_type() == at::kByte && packed.is_contiguous() && packed.dim() == 3,
+              "packed must be contiguous uint8 [N/16, K/32, bytes]");
+  TORCH_CHECK(K % kQK == 0 && packed.size(1) == K / kQK && packed.size(2) == group_bytes(qtype),
+              "packed weight does not fit K and qtype");
+}
+
+}  // namespace
+
+// x [..., K] (fp32) times a quantized weight packed as [ceil(N/16), K/32, bytes] (uint8):
+// x @ W.T (+ bias), [..., N], W dequantized as gguf does it.
+at::Tensor quant_linear(const at::Tensor& x_in, const at::Tensor& packed, int64_t n_out,
+                        int64_t qtype, const std::optional<at::Tensor>& bias) {
+  TORCH_CHECK(x_in.dim() >= 1 && x_in.scalar_type() == at::kFloat, "x must be float32 [..., K]");
+  const int64_t K = x_in.size(-1), blocks = packed.size(0);
+  check_quant(packed, qtype, K);
+  TORCH_CHECK(blocks == (n_out + kBlock - 1) / kBlock, "packed weight does not match n_out");
+  const at::Tensor x = x_in.reshape({-1, K}).contiguous();
+  const int64_t M = x.size(0);
+  const float* bp = bias_of(bias, n_out);
+  auto y = output_of(x_in, n_out);
+  if (M == 0) return y;
+  const float* xp = x.data_ptr<float>();
+  const uint8_t* wp = packed.data_ptr<uint8_t>();
+  float* yp = y.data_ptr<float>();
+  if (qtype == kQ4_1) qlinear<kQ4_1>(xp, wp, bp, yp, M, K, n_out, blocks);
+  else if (qtype == kQ8_0) qlinear<kQ8_0>(xp, wp, bp, yp, M, K, n_out, blocks);
+  else qlinear<kQ4_0>(xp, wp, bp, yp, M, K, n_out, blocks);
+  return y;
+}
+
+// Rows `ids` (int64 [...]) of the quantized matrix, dequantized: [..., K] float32 (the
+// embedding lookup of a tied Q8_0 embedding, and the dense copy when one is wanted).
+at::Tensor quant_rows(const at::Tensor& packed, const at::Tensor& ids_in, int64_t K,
+                      int64_t qtype) {
+  check_quant(packed, qtype, K);
+  TORCH_CHECK(ids_in.scalar_type() == at::kLong, "ids must be int64");
+  const at::Tensor ids = ids_in.contiguous();
+  auto sizes = ids.sizes().vec();
+  sizes.push_back(K);
+  auto y = at::empty(sizes, packed.options().dtype(at::kFloat));
+  const int64_t n = ids.numel(), groups = K / kQK, G = group_bytes(qtype);
+  const int64_t rows = packed.size(0) * kBlock;
+  const int64_t* ip = ids.data_ptr<int64_t>();
+  const uint8_t* wp = packed.data_ptr<uint8_t>();
+  float* yp = y.data_ptr<float>();
+  for (int64_t j = 0; j < n; ++j) {
+    const int64_t id = ip[j];
+    TORCH_CHECK(id >= 0 && id < rows, "row id out of range");
+    const int64_t b = id / kBlock, i = id % kBlock;
+    for (int64_t g = 0; g < groups; ++g) {
+      const uint8_t* grp = wp + (b * groups + g) * G;
+      for (int64_t kk = 0; kk < kQK; ++kk) yp[j * K + g * kQK + kk] = dequant_one(qtype, grp, kk, i);
+    }
+  }
   return y;
 }
 
@@ -252,4 +563,7 @@ TORCH_LIBRARY(steer_widgets, m) {
   m.def("rowwise_linear(Tensor x, Tensor packed, int n_out, Tensor? bias=None) -> Tensor", &linear);
   m.def("rms_norm(Tensor x, Tensor w, float eps) -> Tensor", &rms_norm);
   m.def("rotary(Tensor x, Tensor cos, Tensor sin) -> Tensor", &rotary);
+  m.def("quant_linear(Tensor x, Tensor packed, int n_out, int qtype, Tensor? bias=None) -> Tensor",
+        &quant_linear);
+  m.def("quant_rows(Tensor packed, Tensor ids, int K, int qtype) -> Tensor", &quant_rows);
 }

@@ -1,0 +1,180 @@
+"""Models read from a GGUF file as it ships: quantized matrices stay blocks (``quant.py``).
+
+transformers reads a GGUF by dequantizing every tensor to float32 (538 MB for the 97 MB
+default model) after about 50 s of metadata parsing and name mapping. Here the tensors come
+straight from ``gguf.GGUFReader`` (a memory map), under the transformers names our runtime
+reads, with the row reordering transformers applies to Llama's q and k; only the config,
+tokenizer and chat template go through transformers, once, into a small folder in the user
+cache (``metadata_dir``) that later loads read in a second.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .errors import QuantizationUnsupported
+from .paths import cache_dir
+from .quant import TYPES, QuantWeight, type_name
+
+# llama.cpp tensor names (per block after ``blk.N.``) -> transformers names, llama layout
+_GLOBAL = {
+    "token_embd": "model.embed_tokens",
+    "output_norm": "model.norm",
+    "output": "lm_head",
+}
+_BLOCK = {
+    "attn_norm": "input_layernorm",
+    "ffn_norm": "post_attention_layernorm",
+    "attn_q": "self_attn.q_proj",
+    "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj",
+    "attn_q_norm": "self_attn.q_norm",
+    "attn_k_norm": "self_attn.k_norm",
+    "ffn_gate": "mlp.gate_proj",
+    "ffn_up": "mlp.up_proj",
+    "ffn_down": "mlp.down_proj",
+}
+ARCHITECTURES = ("llama", "mistral", "qwen2", "qwen3")  # GGUF general.architecture we map
+
+
+def hf_name(name: str) -> str | None:
+    """``blk.3.attn_q.weight`` -> ``model.layers.3.self_attn.q_proj.weight`` (None: unused)."""
+    stem, _, suffix = name.rpartition(".")
+    if stem in _GLOBAL:
+        return f"{_GLOBAL[stem]}.{suffix}"
+    parts = stem.split(".")
+    if len(parts) == 3 and parts[0] == "blk" and parts[2] in _BLOCK:
+        return f"model.layers.{parts[1]}.{_BLOCK[parts[2]]}.{suffix}"
+    return None
+
+
+def _unpermute(rows: np.ndarray, n_head: int) -> np.ndarray:
+    """transformers' reverse of llama.cpp's q/k row permutation (rows only, so it applies
+    to quantized rows as to float ones)."""
+    dim = rows.shape[0] // n_head // 2
+    return rows.reshape(n_head, dim, 2, *rows.shape[1:]).swapaxes(2, 1).reshape(rows.shape)
+
+
+def read_tensors(path: Path, config) -> dict[str, torch.Tensor | QuantWeight]:
+    """Every tensor of the GGUF under its transformers name: float tensors as float32
+    (F16 converted exactly), quantized ones as ``QuantWeight`` blocks."""
+    from gguf import GGMLQuantizationType, GGUFReader
+
+    reader = GGUFReader(path)
+    arch = _field(reader, "general.architecture")
+    if arch not in ARCHITECTURES:
+        from .transformer import UnsupportedModel
+
+        raise UnsupportedModel(
+            f"GGUF architecture {arch!r}: the quantized path reads {', '.join(ARCHITECTURES)}"
+        )
+    state: dict[str, torch.Tensor | QuantWeight] = {}
+    for t in reader.tensors:
+        name = hf_name(t.name)
+        if name is None:
+            continue
+        qtype = GGMLQuantizationType(int(t.tensor_type))
+        rows = np.asarray(t.data)
+        if arch == "llama" and (".attn_q." in t.name or ".attn_k." in t.name):
+            q = ".attn_q." in t.name
+            rows = _unpermute(rows, config.num_attention_heads if q else config.num_key_value_heads)
+        if qtype in (GGMLQuantizationType.F32, GGMLQuantizationType.F16):
+            state[name] = torch.from_numpy(rows.astype(np.float32))
+        elif qtype.name in TYPES:
+            k = int(t.shape[0])  # GGUF shapes list the contiguous dim first
+            state[name] = QuantWeight(np.ascontiguousarray(rows), type_name(qtype.name), k)
+        else:
+            type_name(qtype.name)  # raises, listing the supported types
+            raise QuantizationUnsupported(qtype.name, "unreachable")
+    return state
+
+
+def _field(reader, key: str):
+    field = reader.fields.get(key)
+    if field is None:
+        return None
+    value = field.parts[field.data[0]]
+    return bytes(value).decode() if value.dtype == np.uint8 else value.tolist()[0]
+
+
+def metadata_dir(path: Path) -> Path:
+    """A folder with the GGUF's config, generation config, tokenizer and chat template as
+    transformers reads them (converted once; a few MB)."""
+    stat = path.stat()
+    key = hashlib.sha1(f"{path.resolve()} {stat.st_size} {stat.st_mtime_ns}".encode()).hexdigest()
+    folder = cache_dir() / "gguf" / f"{path.stem}-{key[:12]}"
+    if not (folder / "config.json").exists():
+        _convert_metadata(path, folder)
+    return folder
+
+
+def _convert_metadata(path: Path, folder: Path) -> None:
+    from transformers import AutoConfig, AutoTokenizer, GenerationConfig
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    config = AutoConfig.from_pretrained(path.parent, gguf_file=path.name)
+    tok = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    cfg = config.to_dict()
+    cfg.pop("quantization_config", None)  # the weights we hand out are not transformers'
+    cfg.pop("_name_or_path", None)
+    arch = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(config.model_type)
+    cfg["architectures"] = [arch] if arch else None
+    clean = AutoConfig.for_model(**cfg)
+    tmp = folder.with_name(folder.name + f".tmp{id(cfg)}")
+    clean.save_pretrained(tmp)
+    GenerationConfig.from_model_config(clean).save_pretrained(tmp)
+    tok.save_pretrained(tmp)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        tmp.rename(folder)
+    except OSError:  # another process converted it first
+        import shutil
+
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def load_gguf(
+    path: Path,
+    name: str | None = None,
+    device: str = "cpu",
+    dtype: torch.dtype = torch.float32,
+    kernel: str = "native",
+    quantized: bool = True,
+):
+    """A ``LoadedModel`` on the fast runtime from a GGUF file. ``quantized``: matrices stay
+    GGUF blocks read by the native kernel (float32 on a CPU with a built kernel; elsewhere,
+    or with ``quantized=False``, they are dequantized as transformers does it, the same
+    values in float32)."""
+    from transformers import AutoConfig
+
+    from . import native
+    from .model import LoadedModel, fast_config, generation_stop_ids
+    from .tokens import Tokenizer
+    from .transformer import ARCHITECTURES as FAST
+    from .transformer import Transformer, UnsupportedModel
+
+    path = Path(path)
+    folder = metadata_dir(path)
+    config = AutoConfig.from_pretrained(folder)
+    cfg = fast_config(config)
+    if cfg is None:
+        raise UnsupportedModel(f"GGUF {path.name}: not one of {', '.join(FAST)}")
+    state = read_tensors(path, config)
+    blocks = (
+        quantized
+        and str(device) == "cpu"
+        and dtype == torch.float32
+        and kernel == "native"
+        and native.extension() is not None
+    )
+    if not blocks:
+        state = {k: v.dequantize() if isinstance(v, QuantWeight) else v for k, v in state.items()}
+    runtime = Transformer(cfg, state, device=device, dtype=dtype, kernel=kernel)
+    tokenizer = Tokenizer.from_folder(folder, prepend_bos=cfg.layout in ("gpt2", "neox"))
+    stops = generation_stop_ids(folder)
+    return LoadedModel(name or str(path), runtime, tokenizer, None, stop_ids=stops)

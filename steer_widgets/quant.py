@@ -1,0 +1,167 @@
+"""GGUF quantized matrices read as they ship, by the native kernel.
+
+A 135M model's GGUF holds its matrices as 4-bit (``Q4_1``) and 8-bit (``Q8_0``) blocks: 97 MB,
+against 538 MB once dequantized to float32. A decode step reads every weight once, so
+reading the blocks instead of their float32 copy reads 5x fewer bytes per token. The kernel
+(``csrc/rowwise_linear.cpp``, ``quant_linear``) dequantizes each weight in registers with
+the float32 operations gguf's own dequantization uses (``gguf.quants``, which transformers'
+GGUF loader calls), then runs the float32 kernel's fused multiply-add chain: its logits are
+the float32 native path's on the dequantized weights, bit for bit, and rows stay exact.
+
+Blocks are repacked once at load (``pack``): per 16 output columns and 32 k, the 16 scales,
+the 16 mins (``Q4_1``) and one line of 16 codes per k, so the inner loop streams them in
+order as the float32 kernel streams its [N/16, K, 16] lines.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from . import native
+from .errors import QuantizationUnsupported
+
+BLOCK = native.BLOCK  # output columns per packed group
+QK = 32  # weights per GGUF block along k
+# ggml type name -> (type id, bytes per 32-weight GGUF block)
+TYPES = {"Q4_0": (2, 18), "Q4_1": (3, 20), "Q8_0": (8, 34)}
+SUPPORTED = tuple(TYPES)
+
+
+def type_name(qtype: int | str) -> str:
+    """``"Q4_1"`` for 3 or "Q4_1"; a named error listing the supported types otherwise."""
+    for name, (tid, _) in TYPES.items():
+        if qtype in (name, tid):
+            return name
+    supported = ", ".join(SUPPORTED)
+    raise QuantizationUnsupported(str(qtype), f"not read here; supported: {supported}, F32, F16")
+
+
+def _split(raw: np.ndarray, name: str) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+    """GGUF rows [N, K/32 * bytes] -> scales d [N, G] (f16 bits), mins m or None, codes
+    [N, G, 32] (uint8, as stored: Q4 unsigned nibbles, Q8_0 int8 bits)."""
+    _, size = TYPES[name]
+    n = raw.shape[0]
+    blocks = raw.reshape(n, -1, size)
+    d = blocks[..., 0:2].copy().view(np.uint16)[..., 0]
+    m = blocks[..., 2:4].copy().view(np.uint16)[..., 0] if name == "Q4_1" else None
+    qs = blocks[..., 4:] if name == "Q4_1" else blocks[..., 2:]
+    if name == "Q8_0":
+        codes = qs
+    else:  # element j < 16: low nibble of byte j; j >= 16: high nibble of byte j - 16
+        codes = np.concatenate([qs & 0x0F, qs >> 4], axis=-1)
+    return d, m, codes
+
+
+def _check_scales(scales: np.ndarray, name: str, what: str) -> None:
+    if (((scales >> 10) & 0x1F) == 0x1F).any():
+        raise QuantizationUnsupported(name, f"a block's {what} is inf or NaN (weights undefined)")
+
+
+def pack(raw: np.ndarray, qtype: int | str) -> Tensor:
+    """GGUF blocks of an [N, K] matrix (uint8 rows of ``K / 32`` blocks each, as
+    ``GGUFReader`` gives them) -> the kernel's [ceil(N/16), K/32, bytes] uint8 layout."""
+    name = type_name(qtype)
+    raw = np.ascontiguousarray(raw, dtype=np.uint8)
+    d, m, codes = _split(raw, name)
+    _check_scales(d, name, "scale")
+    if m is not None:
+        _check_scales(m, name, "min")
+    n, groups = d.shape
+    pad = -n % BLOCK
+    if pad:  # columns past N: zero scales and codes, never stored
+        d = np.pad(d, ((0, pad), (0, 0)))
+        m = None if m is None else np.pad(m, ((0, pad), (0, 0)))
+        codes = np.pad(codes, ((0, pad), (0, 0), (0, 0)))
+    nb = (n + pad) // BLOCK
+
+    def per_group(a: np.ndarray) -> np.ndarray:  # [N, G, ...] -> [nb, G, 16, ...]
+        return np.swapaxes(a.reshape(nb, BLOCK, groups, *a.shape[2:]), 1, 2)
+
+    def scale_bytes(a: np.ndarray) -> np.ndarray:  # [N, G] f16 bits -> [nb, G, 32] bytes
+        return np.ascontiguousarray(per_group(a)).view(np.uint8).reshape(nb, groups, -1)
+
+    parts = [scale_bytes(d)]
+    if m is not None:
+        parts.append(scale_bytes(m))
+    lines = np.swapaxes(per_group(codes), 2, 3)  # [nb, G, 32 (k), 16 (column)]
+    if name != "Q8_0":  # column i in the low nibble of byte i, column i + 8 in its high one
+        lines = lines[..., :8] | (lines[..., 8:] << 4)
+    parts.append(np.ascontiguousarray(lines).reshape(nb, groups, -1))
+    return torch.from_numpy(np.ascontiguousarray(np.concatenate(parts, axis=-1)))
+
+
+@dataclass
+class QuantWeight:
+    """An [out, in] matrix as GGUF blocks: ``raw`` [out, in / 32 * bytes] uint8 rows."""
+
+    raw: np.ndarray
+    qtype: str
+    in_features: int
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.raw.shape[0], self.in_features
+
+    def dequantize(self) -> Tensor:
+        """gguf's float32 values (what transformers' loader holds)."""
+        return torch.from_numpy(dequantize(self.raw, self.qtype))
+
+    @staticmethod
+    def cat(parts: list[QuantWeight]) -> QuantWeight | None:
+        """The parts fused along the output (q, k, v), or None where their types differ."""
+        if len({(p.qtype, p.in_features) for p in parts}) != 1:
+            return None
+        raw = parts[0].raw if len(parts) == 1 else np.concatenate([p.raw for p in parts])
+        return QuantWeight(raw, parts[0].qtype, parts[0].in_features)
+
+
+class QuantLinear:
+    """``y = x @ W.T (+ bias)`` with ``W`` [out, in] held as GGUF blocks (``Linear``'s
+    interface, kernel "native"): the bits of the float32 native kernel on ``W`` dequantized
+    as gguf does it."""
+
+    kernel = "native"
+    element_size = 4  # the float32 a weight becomes (what the float32 path would read)
+
+    def __init__(
+        self, raw: np.ndarray, qtype: int | str, in_features: int, bias: Tensor | None = None
+    ) -> None:
+        self.qtype_name = type_name(qtype)
+        self.qtype, block_bytes = TYPES[self.qtype_name]
+        if in_features % QK or raw.shape[1] != in_features // QK * block_bytes:
+            raise QuantizationUnsupported(
+                self.qtype_name, f"rows of {raw.shape[1]} bytes do not hold {in_features} weights"
+            )
+        self.out_features, self.in_features = raw.shape[0], in_features
+        self.packed = pack(raw, self.qtype_name)
+        self.bias = None if bias is None else bias.contiguous()
+        self._op = native.op("quant_linear")
+        self._rows = native.op("quant_rows")
+
+    def __call__(self, x: Tensor) -> Tensor:
+        return self._op(x, self.packed, self.out_features, self.qtype, self.bias)
+
+    def rows(self, ids: Tensor) -> Tensor:
+        """Rows ``ids`` of ``W``, dequantized (an embedding lookup): [..., in] float32."""
+        return self._rows(self.packed, ids, self.in_features, self.qtype)
+
+    def dense(self) -> Tensor:
+        """``W`` [out, in] float32, dequantized (for a backward pass; 4-8x the blocks' size)."""
+        return self.rows(torch.arange(self.out_features))
+
+    def nbytes(self) -> int:
+        """Bytes one product reads: the blocks (scales included) and the bias."""
+        bias = 0 if self.bias is None else self.bias.numel() * 4
+        return self.packed.numel() + bias
+
+
+def dequantize(raw: np.ndarray, qtype: int | str) -> np.ndarray:
+    """gguf's own float32 dequantization of ``raw`` (what transformers' loader returns)."""
+    from gguf import GGMLQuantizationType
+    from gguf.quants import dequantize as gguf_dequantize
+
+    return gguf_dequantize(raw, GGMLQuantizationType[type_name(qtype)])
