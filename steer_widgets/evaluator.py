@@ -10,6 +10,8 @@ prompt is a copy of DEFAULT's keys and values, not another prefill.
 
 Rows of different prompts are not batched together: the decode loop shares one prompt
 length across a batch, so mixing prompts would need per-row positions in every runtime.
+An engine without an in-process decode loop (``Engine.remote``) runs each prompt as one
+request per steering and scores fluency with ``token_logprobs``.
 """
 
 from __future__ import annotations
@@ -129,6 +131,9 @@ class Evaluator:
         yield ev
 
     def _prompt(self, ev: Evaluation, i: int, enc, plans: dict, cancel) -> Iterator[Evaluation]:
+        if not hasattr(self.engine.model.runtime, "new_cache"):  # no in-process decode loop
+            yield from self._prompt_by_requests(ev, i, cancel)
+            return
         engine, sampling = self.engine, Sampling(**self.sampling)
         default = engine._cached_default(enc.ids, sampling)
         rows: list[Row] = [] if default else [next(iter(plans.values())).rows[0]]
@@ -170,6 +175,48 @@ class Evaluator:
         if pending:
             self._finish(ev, i, default, owners, sorted(pending), ids, probs, first, "length")
             yield ev
+
+    def _prompt_by_requests(self, ev: Evaluation, i: int, cancel) -> Iterator[Evaluation]:
+        """One prompt on an engine that decodes elsewhere (``Engine.remote``): each steering's
+        DEFAULT + ladder as one request (the server decodes each output alone, so rows are
+        solo runs there too), fluency from ``token_logprobs``."""
+        prompt = self.prompts[i]
+        for name, x1 in self.x1.items():
+            sweep = tuple(x1.strength_multiplier * m for m in self.strengths)
+            req = x1.with_(prompt=prompt, types=("DEFAULT",), sweep=sweep, **self.sampling)
+            result = self.engine.steer(req, cancel)
+            if result.cancelled:
+                return
+            outputs = list(result.outputs.values())
+            default, rows = outputs[0], outputs[1:]
+            ev.defaults.setdefault(i, self._scored_default(i, default))
+            d = ev.defaults[i]
+            base = self.judges[name].score(d.text, prompt_name(prompt))
+            for m, completion in zip(self.strengths, rows, strict=True):
+                score = self.judges[name].score(completion.text, prompt_name(prompt))
+                nll = _nll(self.engine.token_logprobs(prompt, completion))
+                ev.rows.append(
+                    EvalRow(
+                        name,
+                        i,
+                        m,
+                        completion.text,
+                        completion.token_ids,
+                        completion.stop,
+                        score,
+                        score > base,
+                        nll,
+                        nll - d.nll,
+                        _shared(completion.token_ids, d.token_ids),
+                    )  # fmt: skip
+                )
+            yield ev
+
+    def _scored_default(self, i: int, default) -> PromptDefault:
+        judge = next(iter(self.judges.values()))
+        score = judge.score(default.text, prompt_name(self.prompts[i]))
+        nll = _nll(self.engine.token_logprobs(self.prompts[i], default))
+        return PromptDefault(default.text, default.token_ids, nll, score)
 
     def _default(self, i: int, completion):
         enc, _ = self.plans[i]
@@ -216,6 +263,10 @@ def _prompt_default(default, judges: Mapping[str, Judge], i: int, prompts) -> Pr
     score = judge.score(default.text, prompt_name(prompts[i]))
     nll = _mean_nll(default.token_probs or ())
     return PromptDefault(default.text, default.token_ids, nll, score)
+
+
+def _nll(logprobs) -> float:
+    return -float(logprobs.mean()) if len(logprobs) else 0.0
 
 
 def _mean_nll(probs: Sequence) -> float:

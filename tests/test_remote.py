@@ -348,3 +348,19 @@ def test_remote_recommends_the_strengths_measured_without_a_prompt_multiplier(
     local = engine.default_strength(sources[1])
     assert local == round(SHARES[engine.default_prompt_multiplier()].feature * norm, 2)
     assert remote.default_strength(sources[1]) > local
+
+
+def test_evaluate_over_the_server_equals_the_local_engine(remote, engine, sources):
+    """engine.evaluate on a remote engine: one request per output, the same rows as local."""
+    feature = sw.SteerRequest("", features=[sw.Feature(sources[1], 123, 40.0)])
+    args = (["I think that", CHAT], (0.0, 1.0), ["the"])
+    got = remote.evaluate(feature, *args, progress=False, n_completion_tokens=8)
+    want = engine.evaluate(feature, *args, progress=False, n_completion_tokens=8)
+    assert got.complete and len(got.rows) == len(want.rows) == 4
+    for a, b in zip(got.rows, want.rows, strict=True):
+        assert (a.prompt_index, a.strength, a.token_ids) == (
+            b.prompt_index,
+            b.strength,
+            b.token_ids,
+        )
+        assert a.success == b.success and abs(a.fluency_delta - b.fluency_delta) < 1e-3
