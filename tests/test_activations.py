@@ -91,9 +91,27 @@ def test_activations_over_a_steered_completion(engine, sources):
         CHAT, features=[sw.Feature(sources[1], 11, 80.0)], n_completion_tokens=6
     )
     result = engine.steer(request)
-    acts = engine.activations(CHAT, sources[1], 11, completion=result.outputs["STEERED"])
+    steered = result.outputs["STEERED"]
+    acts = engine.activations(CHAT, sources[1], 11, completion=steered)
     n_prompt = len(engine.tokenizer.encode(CHAT).ids)
-    assert len(acts.values) == n_prompt + len(result.outputs["STEERED"].token_ids)
+    ids = list(engine.tokenizer.encode(CHAT).ids) + list(steered.token_ids)
+    assert len(acts.values) == n_prompt + len(steered.token_ids)
+    # the same values from one plain forward over prompt + completion and the SAE's encoder,
+    # past the engine's residual cache
+    cfg = engine.saes.config(sources[1])
+    captured = {}
+
+    def grab(x, start):
+        captured["resid"] = x[0].float().cpu().clone()
+
+    with torch.no_grad():
+        engine.model.runtime.forward(
+            torch.tensor([ids]), hooks={cfg.hook_name: grab}, stop_at_layer=cfg.layer + 1
+        )
+    with engine.saes.using(sources[1]) as (sae,):
+        want = sae.encode(captured["resid"])[:, 11]
+    want[0] = 0.0  # BOS is zeroed
+    assert torch.allclose(torch.tensor(acts.values), want, atol=1e-4)
 
 
 def test_neighbours_agree_with_brute_force(engine, sources):

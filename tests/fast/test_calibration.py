@@ -27,7 +27,18 @@ def test_largest_invariant_group_is_found():
     )
     assert sizes["matmul"] == 3
     assert invariant_group_sizes([ShapeDependent(2)], 2, 1, 4, "cpu", torch.float32)["matmul"] == 1
-    assert 1 <= sizes["attention"] <= MAX_GROUP
+    assert 1 <= sizes["attention"] <= MAX_GROUP  # this CPU's SDPA: whatever it is
+
+
+def test_largest_invariant_attention_group_is_found():
+    """An attention that changes in the last bits from 3 rows on gives a group of 2."""
+
+    def attend(q, k, v):
+        out = torch.nn.functional.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+        return out * (1 + 1e-6) if q.shape[0] >= 3 else out
+
+    sizes = invariant_group_sizes([ShapeDependent(99)], 2, 1, 4, "cpu", torch.float32, attend)
+    assert sizes == {"matmul": MAX_GROUP, "attention": 2}
 
 
 def test_rows_match_solo_detects_a_difference():
