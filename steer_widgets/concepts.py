@@ -181,6 +181,16 @@ def check_examples(examples, field: str) -> list[Prompt]:
     return list(examples)
 
 
+def plain_if_no_template(example: Prompt, has_chat_template: bool) -> Prompt:
+    """A base model without a chat template (GPT-2, Pythia, Llama and Qwen base models)
+    reads a chat example as its messages' text, one paragraph each: the shipped neutral and
+    contrast sets are chats, and refusing them refused every feature such a model's
+    explorer was given (its strength is read in the typical norm they measure)."""
+    if isinstance(example, str) or has_chat_template:
+        return example
+    return "\n\n".join(m["content"] for m in example)
+
+
 def content_rows(resid: Tensor, special: Sequence[bool]) -> Tensor:
     """The residual rows of an example's content tokens (the last row if it has none)."""
     keep = ~torch.tensor(special, dtype=torch.bool)
@@ -310,7 +320,7 @@ class Concepts:
             means: dict[str, list[Tensor]] = {h: [] for h in grab}
             norms: dict[str, list[Tensor]] = {h: [] for h in grab}
             for e in examples:
-                text = eng.text(e)
+                text = eng.text(plain_if_no_template(e, eng.tokenizer.has_chat_template))
                 res = residuals(eng.model.runtime, eng.residual_cache, text.ids, grab)
                 for h in grab:
                     picked = pick(res[h], text.special)

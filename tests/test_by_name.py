@@ -456,3 +456,21 @@ def test_a_release_reads_the_same_features_through_transformer_lens(hub):
     torch.testing.assert_close(
         tl.feature_values(text, "sae"), fast.feature_values(text, "sae"), atol=2e-4, rtol=1e-3
     )
+
+
+def test_a_base_model_without_chat_template_gets_concepts_and_the_explorer(hub):
+    """GPT-2 has no chat template: the shipped (chat) neutral and contrast sets are read as
+    plain text, so typical norms, concept vectors, search and the explorer's feature rows
+    work (they refused every feature before)."""
+    name, location, hook, _ = CASES["jb"]
+    engine = sw.Engine(name, saes={"8-res-jb": location})
+    assert not engine.tokenizer.has_chat_template
+    assert engine.typical_norm(hook) > 0
+    assert engine.concept_vector("cats").hook in engine.hook_names
+    assert len(engine.search_features("cats", n=2)) == 2
+    ex = sw.Explorer(
+        engine, prompt=PROMPT, n_completion_tokens=4, temperature=0,
+        features=[("8-res-jb", 3, 1.0)],
+    )  # fmt: skip
+    ex.wait()
+    assert sorted(ex.outputs) == ["DEFAULT", "STEERED"] and not ex.error
