@@ -55,9 +55,7 @@ def preset_view(name: str, engine=None) -> dict:
     if engine is not None and model is None:
         raise RequestError("engine", f"must be an Engine, got {engine!r}")
     if engine is not None and model != view["model"]:
-        raise RequestError(
-            "preset", f"{name!r} was made for {view['model']}, not {model}"
-        )
+        raise RequestError("preset", f"{name!r} was made for {view['model']}, not {model}")
     return json.loads(json.dumps(view))  # a copy: callers may change it
 
 
