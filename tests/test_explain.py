@@ -175,3 +175,29 @@ def test_the_differentiable_linear_matches_the_compiled_one(engine):
         g = torch.randn_like(y)
         (y * g).sum().backward()
         assert torch.allclose(x.grad, g @ w, atol=1e-5)
+
+
+def test_transformer_lens_runtime_gives_the_same_attribution(engine):
+    """TransformerLens is plain torch: its autograd path must agree with ours."""
+    from steer_widgets import Engine
+    from steer_widgets.model import LoadedModel
+    from steer_widgets.tl_runtime import TransformerLensRuntime, hooked_llama
+
+    runtime = TransformerLensRuntime(hooked_llama(engine.model.source_dir))
+    tl = Engine(
+        LoadedModel("smollm2-via-transformer-lens", runtime, engine.tokenizer),
+        saes={SOURCE: engine.saes.config(SOURCE).folder},
+    )
+    request = SteerRequest(
+        prompt="My favourite food is",
+        features=(Feature(SOURCE, 100, engine.default_strength(SOURCE)),),
+        n_completion_tokens=4,
+        temperature=0,
+    )
+    ours, theirs = engine.steer(request), tl.steer(request)
+    assert ours.outputs["STEERED"].token_ids == theirs.outputs["STEERED"].token_ids
+    a = engine.attribute(ours, position=2, source=SOURCE, n=3)
+    b = tl.attribute(theirs, position=2, source=SOURCE, n=3)
+    assert a.gain == pytest.approx(b.gain, abs=1e-4)
+    assert a.rows[0].attribution == pytest.approx(b.rows[0].attribution, abs=1e-4)
+    assert [f.index for f in a.features] == [f.index for f in b.features]
