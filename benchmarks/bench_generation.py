@@ -1,16 +1,24 @@
 """Decode throughput of our generator vs transformers and TransformerLens, same weights.
 
-64 new tokens after a chat prompt, batch 1, greedy, EOS ignored so every run decodes 64.
+64 new tokens after a chat prompt, batch 1, greedy, EOS ignored so every run decodes 64;
+``ours`` reads the float32 copy of the default GGUF, ``ours_quant`` its Q4_1/Q8_0 blocks (the
+same logits, bit for bit). llama.cpp on the same GGUF where ``llama_cpp`` is importable (never
+a dependency). SW_BENCH_NEW_TOKENS shortens the run for a smoke test.
 """
 
 from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
 
 import torch
 from common import CHAT, best_of, read_bandwidth
 
 from steer_widgets.tl_runtime import hooked_llama
 
-N_NEW = 64
+N_NEW = int(os.environ.get("SW_BENCH_NEW_TOKENS", "64"))
 
 
 def _ours(engine, ids):
@@ -35,30 +43,98 @@ def _tl(model, ids):
     return out[0, len(ids) :].tolist()
 
 
+def _load_profile(quantized: bool) -> dict:
+    """Load time and peak resident memory (imports included) of the default model in a
+    fresh process, after a first load has converted what it caches."""
+    code = (
+        "import json, time\n"
+        "import steer_widgets as sw\n"
+        "t = time.perf_counter()\n"
+        f"sw.load_model(quantized={quantized})\n"
+        "s = time.perf_counter() - t\n"
+        "status = open('/proc/self/status').read().split()\n"
+        "rss = int(status[status.index('VmHWM:') + 1]) / 1024\n"
+        "print(json.dumps({'load_s': s, 'peak_rss_mb': rss}))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _llama_cpp(ids: list[int], threads: int) -> float | None:
+    """llama.cpp's tokens/s on the default GGUF, same prompt ids, greedy, batch 1."""
+    try:
+        from llama_cpp import Llama
+    except ImportError:
+        return None
+    from steer_widgets.model import gguf_path
+
+    llm = Llama(str(gguf_path()), n_ctx=1024, n_threads=threads, n_batch=512, verbose=False)
+
+    def gen() -> None:
+        llm.reset()
+        for i, _ in enumerate(llm.generate(ids, temp=0.0, top_k=1, reset=True)):
+            if i + 1 >= N_NEW:
+                break
+
+    return N_NEW / best_of(gen)
+
+
 def run() -> dict:
     from transformers import AutoModelForCausalLM
 
     import steer_widgets as sw
 
     engine = sw.Engine(sw.load_model(), saes=[])
+    qengine = sw.Engine(sw.load_model(quantized=True), saes=[])
     hf = AutoModelForCausalLM.from_pretrained(engine.model.source_dir, dtype=torch.float32).eval()
     ids = list(engine.tokenizer.encode(CHAT).ids)
-    ours_ids, hf_ids = _ours(engine, ids), _hf(hf, ids)
-    ours_s = best_of(lambda: _ours(engine, ids))
+    ours_ids, hf_ids, quant_ids = _ours(engine, ids), _hf(hf, ids), _ours(qengine, ids)
+    ours_s, quant_s = best_of(lambda: _ours(engine, ids)), best_of(lambda: _ours(qengine, ids))
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the other thread count, for the record (docs/benchmarks.md)
     ours_1t_s = best_of(lambda: _ours(engine, ids))
+    quant_1t_s = best_of(lambda: _ours(qengine, ids))
+    llama_1t = _llama_cpp(ids, 1)
     torch.set_num_threads(threads)
+    llama = _llama_cpp(ids, threads)
     hf_s = best_of(lambda: _hf(hf, ids))
     tl = hooked_llama(engine.model.source_dir)
     tl_ids = _tl(tl, ids)
     tl_s = best_of(lambda: _tl(tl, ids), repeats=1)
     bandwidth = read_bandwidth()
     bound_tps = bandwidth / engine.model.runtime.weight_bytes()
+    quant_bytes = qengine.model.runtime.weight_bytes()
+    quant_bandwidth = read_bandwidth(max(1, quant_bytes // 2**20))  # streamed at that size
+    quant_bound = quant_bandwidth / quant_bytes
     ours, theirs_hf, theirs_tl = N_NEW / ours_s, N_NEW / hf_s, N_NEW / tl_s
+    quant = N_NEW / quant_s
+    fp32_load, quant_load = _load_profile(False), _load_profile(True)
+    llama_figures = {}
+    if llama is not None:
+        llama_figures = {
+            "llama_cpp_tokens_per_s": llama,
+            "llama_cpp_tokens_per_s_1_thread": llama_1t,
+            "ours_vs_llama_cpp": quant / llama,
+            "ours_vs_llama_cpp_1_thread": (N_NEW / quant_1t_s) / llama_1t,
+        }
     return {
         "ours_tokens_per_s": ours,
         "ours_tokens_per_s_1_thread": N_NEW / ours_1t_s,
+        "ours_quant_tokens_per_s": quant,
+        "ours_quant_tokens_per_s_1_thread": N_NEW / quant_1t_s,
+        "ours_quant_vs_hf": quant / theirs_hf,
+        "ours_quant_vs_fp32": quant / ours,
+        "ours_quant_vs_fp32_1_thread": ours_1t_s / quant_1t_s,
+        "ours_quant_vs_bound": quant / quant_bound,
+        "bound_quant_tokens_per_s": quant_bound,
+        "weight_mb_per_step_quant": quant_bytes / 1e6,
+        "read_bandwidth_quant_gb_s": quant_bandwidth / 1e9,
+        "greedy_equal_hf_quant": quant_ids == hf_ids,
+        "load_s_fp32": fp32_load["load_s"],
+        "load_s_quant": quant_load["load_s"],
+        "peak_rss_mb_fp32": fp32_load["peak_rss_mb"],
+        "peak_rss_mb_quant": quant_load["peak_rss_mb"],
+        **llama_figures,
         "hf_tokens_per_s": theirs_hf,
         "tl_tokens_per_s": theirs_tl,
         "ours_vs_hf": ours / theirs_hf,

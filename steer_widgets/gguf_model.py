@@ -11,6 +11,7 @@ cache (``metadata_dir``) that later loads read in a second.
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 
 import numpy as np
@@ -39,6 +40,7 @@ _BLOCK = {
     "ffn_up": "mlp.up_proj",
     "ffn_down": "mlp.down_proj",
 }
+INDEX = "gguf_tensors.json"  # tensor_index(), in metadata_dir
 ARCHITECTURES = ("llama", "mistral", "qwen2", "qwen3")  # GGUF general.architecture we map
 
 
@@ -60,13 +62,43 @@ def _unpermute(rows: np.ndarray, n_head: int) -> np.ndarray:
     return rows.reshape(n_head, dim, 2, *rows.shape[1:]).swapaxes(2, 1).reshape(rows.shape)
 
 
-def read_tensors(path: Path, config) -> dict[str, torch.Tensor | QuantWeight]:
-    """Every tensor of the GGUF under its transformers name: float tensors as float32
-    (F16 converted exactly), quantized ones as ``QuantWeight`` blocks."""
-    from gguf import GGMLQuantizationType, GGUFReader
+def tensor_index(path: Path) -> dict:
+    """The GGUF's architecture and, per tensor, its type, dims and byte range: what
+    ``GGUFReader`` finds after parsing every metadata field (seconds: the tokenizer's
+    vocabulary), kept beside the metadata so later loads only map the file."""
+    from gguf import GGUFReader
 
     reader = GGUFReader(path)
-    arch = _field(reader, "general.architecture")
+    tensors = [
+        [t.name, int(t.tensor_type), [int(d) for d in t.shape], int(t.data_offset), int(t.n_bytes)]
+        for t in reader.tensors
+    ]
+    return {"architecture": _field(reader, "general.architecture"), "tensors": tensors}
+
+
+def _tensors(path: Path, index: dict):
+    """(name, ggml type, dims with the contiguous one first, array view of the file)."""
+    from gguf import GGMLQuantizationType
+
+    data = np.memmap(path, dtype=np.uint8, mode="r")
+    for name, ttype, dims, offset, n_bytes in index["tensors"]:
+        qtype = GGMLQuantizationType(ttype)
+        raw = data[offset : offset + n_bytes]
+        if qtype == GGMLQuantizationType.F32:
+            arr = raw.view(np.float32).reshape(dims[::-1])
+        elif qtype == GGMLQuantizationType.F16:
+            arr = raw.view(np.float16).reshape(dims[::-1])
+        else:
+            arr = raw.reshape(int(np.prod(dims[1:])), -1)
+        yield name, qtype, dims, arr
+
+
+def read_tensors(path: Path, config, index: dict) -> dict[str, torch.Tensor | QuantWeight]:
+    """Every tensor of the GGUF under its transformers name: float tensors as float32
+    (F16 converted exactly), quantized ones as ``QuantWeight`` blocks."""
+    from gguf import GGMLQuantizationType
+
+    arch = index["architecture"]
     if arch not in ARCHITECTURES:
         from .transformer import UnsupportedModel
 
@@ -74,19 +106,17 @@ def read_tensors(path: Path, config) -> dict[str, torch.Tensor | QuantWeight]:
             f"GGUF architecture {arch!r}: the quantized path reads {', '.join(ARCHITECTURES)}"
         )
     state: dict[str, torch.Tensor | QuantWeight] = {}
-    for t in reader.tensors:
-        name = hf_name(t.name)
+    for gguf_name, qtype, dims, rows in _tensors(path, index):
+        name = hf_name(gguf_name)
         if name is None:
             continue
-        qtype = GGMLQuantizationType(int(t.tensor_type))
-        rows = np.asarray(t.data)
-        if arch == "llama" and (".attn_q." in t.name or ".attn_k." in t.name):
-            q = ".attn_q." in t.name
+        if arch == "llama" and (".attn_q." in gguf_name or ".attn_k." in gguf_name):
+            q = ".attn_q." in gguf_name
             rows = _unpermute(rows, config.num_attention_heads if q else config.num_key_value_heads)
         if qtype in (GGMLQuantizationType.F32, GGMLQuantizationType.F16):
             state[name] = torch.from_numpy(rows.astype(np.float32))
         elif qtype.name in TYPES:
-            k = int(t.shape[0])  # GGUF shapes list the contiguous dim first
+            k = dims[0]  # GGUF dims list the contiguous one first
             state[name] = QuantWeight(np.ascontiguousarray(rows), type_name(qtype.name), k)
         else:
             type_name(qtype.name)  # raises, listing the supported types
@@ -108,7 +138,7 @@ def metadata_dir(path: Path) -> Path:
     stat = path.stat()
     key = hashlib.sha1(f"{path.resolve()} {stat.st_size} {stat.st_mtime_ns}".encode()).hexdigest()
     folder = cache_dir() / "gguf" / f"{path.stem}-{key[:12]}"
-    if not (folder / "config.json").exists():
+    if not (folder / INDEX).exists():
         _convert_metadata(path, folder)
     return folder
 
@@ -129,6 +159,7 @@ def _convert_metadata(path: Path, folder: Path) -> None:
     clean.save_pretrained(tmp)
     GenerationConfig.from_model_config(clean).save_pretrained(tmp)
     tok.save_pretrained(tmp)
+    (tmp / INDEX).write_text(json.dumps(tensor_index(path)))
     folder.parent.mkdir(parents=True, exist_ok=True)
     try:
         tmp.rename(folder)
@@ -164,7 +195,7 @@ def load_gguf(
     cfg = fast_config(config)
     if cfg is None:
         raise UnsupportedModel(f"GGUF {path.name}: not one of {', '.join(FAST)}")
-    state = read_tensors(path, config)
+    state = read_tensors(path, config, json.loads((folder / INDEX).read_text()))
     blocks = (
         quantized
         and str(device) == "cpu"
