@@ -141,7 +141,8 @@ def test_activations_match_the_local_engine(remote, engine, sources):
     # on an AVX-512 AMD EPYC (2026-12-01), where the two sides' float32 kernels round apart
     assert worst[sources[0]] <= 2e-4
     assert remote.neighbours(sources[1], 3) == engine.neighbours(sources[1], 3)
-    assert remote.feature_index(sources[1]).search("the")
+    found = [m.index for m in remote.feature_index(sources[1]).search("the")]
+    assert found and found == [m.index for m in engine.feature_index(sources[1]).search("the")]
 
 
 def test_samples_batches_and_logprobs_over_the_server(remote, engine):
