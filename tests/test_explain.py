@@ -180,10 +180,11 @@ def test_the_differentiable_linear_matches_the_compiled_one(engine):
 def test_transformer_lens_runtime_gives_the_same_attribution(engine):
     """TransformerLens is plain torch: its autograd path must agree with ours."""
     from steer_widgets import Engine
-    from steer_widgets.model import LoadedModel
+    from steer_widgets.model import LoadedModel, default_model_dir
     from steer_widgets.tl_runtime import TransformerLensRuntime, hooked_llama
 
-    runtime = TransformerLensRuntime(hooked_llama(engine.model.source_dir))
+    folder = engine.model.source_dir or default_model_dir()  # a GGUF load has no folder
+    runtime = TransformerLensRuntime(hooked_llama(folder))
     tl = Engine(
         LoadedModel("smollm2-via-transformer-lens", runtime, engine.tokenizer),
         saes={SOURCE: engine.saes.config(SOURCE).folder},
