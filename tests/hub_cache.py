@@ -404,11 +404,16 @@ def build(root: Path) -> Path:
     """Write the whole cache under ``root``; returns the folder for ``HF_HUB_CACHE``."""
     from transformers.utils import logging
 
+    was_on = logging.is_progress_bar_enabled()
     logging.disable_progress_bar()
-    cache = Path(root) / "hub"
-    for repo_id, (family, make_config, template) in MODELS.items():
-        write_model(cache, repo_id, family, make_config, template)
-    write_saes(cache)
+    try:
+        cache = Path(root) / "hub"
+        for repo_id, (family, make_config, template) in MODELS.items():
+            write_model(cache, repo_id, family, make_config, template)
+        write_saes(cache)
+    finally:
+        if was_on:
+            logging.enable_progress_bar()
     return cache
 
 

@@ -78,10 +78,11 @@ def _listing() -> dict[str, list[str]]:
     return {str(p): sorted(str(q) for q in p.rglob("*")) if p.exists() else [] for p in _watched()}
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def hub(tmp_path_factory):
-    """The hub cache as ``HF_HUB_CACHE`` (offline) and a temporary steer_widgets cache; on
-    teardown, nothing new in the user's caches or in the work tree."""
+    """The hub cache as ``HF_HUB_CACHE`` (offline) and a temporary steer_widgets cache, for
+    this module only (later modules see the user's caches again); on teardown, nothing new
+    in the user's caches or in the work tree."""
     import huggingface_hub.constants as hf
     from hub_cache import build
 
