@@ -83,10 +83,11 @@ def run() -> dict:
     from transformers import AutoModelForCausalLM
 
     import steer_widgets as sw
+    from steer_widgets.model import default_model_dir
 
-    engine = sw.Engine(sw.load_model(), saes=[])
+    engine = sw.Engine(sw.load_model(quantized=False), saes=[])
     qengine = sw.Engine(sw.load_model(quantized=True), saes=[])
-    hf = AutoModelForCausalLM.from_pretrained(engine.model.source_dir, dtype=torch.float32).eval()
+    hf = AutoModelForCausalLM.from_pretrained(default_model_dir(), dtype=torch.float32).eval()
     ids = list(engine.tokenizer.encode(CHAT).ids)
     ours_ids, hf_ids, quant_ids = _ours(engine, ids), _hf(hf, ids), _ours(qengine, ids)
     ours_s, quant_s = best_of(lambda: _ours(engine, ids)), best_of(lambda: _ours(qengine, ids))
@@ -98,7 +99,7 @@ def run() -> dict:
     torch.set_num_threads(threads)
     llama = _llama_cpp(ids, threads)
     hf_s = best_of(lambda: _hf(hf, ids))
-    tl = hooked_llama(engine.model.source_dir)
+    tl = hooked_llama(default_model_dir())
     tl_ids = _tl(tl, ids)
     tl_s = best_of(lambda: _tl(tl, ids), repeats=1)
     bandwidth = read_bandwidth()

@@ -38,7 +38,9 @@ class LoadedModel:
     name: str
     runtime: Runtime
     tokenizer: Tokenizer
-    source_dir: Path | None = None  # folder with config + safetensors (for baselines)
+    # folder with config + safetensors (for baselines); None for a GGUF read as blocks (the
+    # default model's float32 copy: default_model_dir())
+    source_dir: Path | None = None
     hub_id: str | None = None  # the hub repo it came from (SAE releases name their model so)
     stop_ids: frozenset[int] = frozenset()  # generation_config's eos ids (-it models' turn end)
 
@@ -82,8 +84,9 @@ def load_model(
     compiler is found) also shares one pass among rows; "rows" gives each row its own
     matrix-vector product. GPUs always use "rows".
     ``quantized``: read a GGUF's quantized matrices as they ship (``quant.py``: the same
-    logits as their float32 copy, bit for bit, from a fifth of the bytes); None means True
-    for a ``.gguf`` file and False for the default model; False reads float32 copies.
+    logits as their float32 copy, bit for bit, from a fifth of the bytes): None or True
+    for the default model and ``.gguf`` files; False reads the float32 copy (the default
+    model's is converted once into the user cache, 540 MB).
     """
     _check_load(name, device, dtype, backend, kernel)
     if quantized is not None and not isinstance(quantized, bool):
@@ -124,7 +127,7 @@ def _gguf_file(name, quantized: bool | None) -> Path | None:
     """The GGUF to read ``name`` from: a ``.gguf`` file given by path, or the default
     model's own when asked for quantized."""
     if name == DEFAULT_MODEL:
-        return gguf_path() if quantized else None
+        return gguf_path() if quantized is not False else None
     path = Path(name)
     return path if path.suffix.lower() == ".gguf" and path.is_file() else None
 

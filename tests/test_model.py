@@ -12,6 +12,7 @@ import torch
 
 import steer_widgets as sw
 from steer_widgets.generation import Row, Sampling, decode
+from steer_widgets.model import default_model_dir
 
 CHAT = [{"role": "user", "content": "What is the capital of France?"}]
 
@@ -47,7 +48,9 @@ def test_loads_and_answers_chat_with_network_unreachable(tmp_path):
 def hf_model(engine):
     from transformers import AutoModelForCausalLM
 
-    return AutoModelForCausalLM.from_pretrained(engine.model.source_dir, dtype=torch.float32).eval()
+    return AutoModelForCausalLM.from_pretrained(
+        (engine.model.source_dir or default_model_dir()), dtype=torch.float32
+    ).eval()
 
 
 def test_logits_match_transformers(engine, hf_model):
@@ -173,7 +176,7 @@ def test_layers_split_over_devices_give_the_same_logits(engine):
     assert place_layers(["cuda:0", "cuda:1"], 4) == [
         torch.device(d) for d in ("cuda:0",) * 2 + ("cuda:1",) * 2
     ]
-    state = load_file(engine.model.source_dir / "model.safetensors")
+    state = load_file((engine.model.source_dir or default_model_dir()) / "model.safetensors")
     split = Transformer(engine.model.runtime.cfg, state, device=["cpu", "cpu"])
     ids = torch.tensor([engine.tokenizer.encode("Split me across devices").ids])
     assert torch.equal(split.forward(ids), engine.model.runtime.forward(ids))

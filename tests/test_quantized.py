@@ -90,25 +90,38 @@ def test_unsupported_types_are_named_with_the_supported_ones():
 
 
 @pytest.fixture(scope="module")
-def quantized():
-    return load_model(quantized=True)
+def quantized(engine):
+    assert isinstance(engine.model.runtime.embed, quant.QuantLinear)  # the default reads blocks
+    return engine.model
 
 
 @pytest.fixture(scope="module")
-def qengine(quantized):
-    return sw.Engine(quantized)
+def qengine(engine):
+    return engine
 
 
-def test_default_model_reads_a_fifth_of_the_bytes(quantized, engine):
-    q, f = quantized.runtime, engine.model.runtime
+@pytest.fixture(scope="module")
+def fengine(sources):
+    """The same model through its float32 copy (``quantized=False``)."""
+    return sw.Engine(load_model(quantized=False))
+
+
+def test_quantized_takes_a_bool_or_none():
+    with pytest.raises(sw.errors.RequestError, match="quantized"):
+        load_model(quantized="yes")
+
+
+def test_default_model_reads_a_fifth_of_the_bytes(quantized, fengine):
+    q, f = quantized.runtime, fengine.model.runtime
     assert isinstance(q.layers[0].wqkv, quant.QuantLinear) and q.unembed is q.embed
     assert q.weight_bytes() * 5 < f.weight_bytes()
     assert torch.equal(q.unembed_weight, f.unembed_weight)
 
 
-def test_logits_equal_the_float32_native_path(quantized, engine):
-    q, f = quantized.runtime, engine.model.runtime
-    ids = torch.tensor([engine.tokenizer.encode(CHAT).ids])
+def test_logits_equal_the_float32_native_path(quantized, fengine):
+    q, f = quantized.runtime, fengine.model.runtime
+    assert not isinstance(f.embed, quant.QuantLinear)
+    ids = torch.tensor([fengine.tokenizer.encode(CHAT).ids])
     assert torch.equal(q.forward(ids), f.forward(ids))
     caches = q.new_cache(1, ids.shape[1] + 8), f.new_cache(1, ids.shape[1] + 8)
     step = ids
@@ -151,7 +164,7 @@ def test_greedy_tokens_equal_transformers(qengine):
     assert list(out.token_ids) == ref
 
 
-def test_steering_and_sae_reads_equal_the_float32_engine(qengine, engine, sources):
+def test_steering_and_sae_reads_equal_the_float32_engine(qengine, fengine, sources):
     vector = sw.Vector(torch.randn(576, generator=torch.Generator().manual_seed(0)),
                        "blocks.7.hook_resid_post", 6.0)  # fmt: skip
     request = sw.SteerRequest(
@@ -163,11 +176,54 @@ def test_steering_and_sae_reads_equal_the_float32_engine(qengine, engine, source
         seed=7,
         n_completion_tokens=8,
     )
-    for e in (qengine, engine):
+    for e in (qengine, fengine):
         e.clear_caches()
-    a, b = qengine.steer(request), engine.steer(request)
+    a, b = qengine.steer(request), fengine.steer(request)
     assert {k: v.token_ids for k, v in a.outputs.items()} == {
         k: v.token_ids for k, v in b.outputs.items()
     }
-    acts = [e.activations("The ocean is deep and blue", sources[0], 3) for e in (qengine, engine)]
+    text = "The ocean is deep and blue"
+    acts = [e.activations(text, sources[0], 3) for e in (qengine, fengine)]
     assert acts[0].values == acts[1].values
+
+
+VARIANT = """
+import sys, numpy as np, torch
+from steer_widgets import native, quant
+native.FLAGS[:] = sys.argv[1].split()
+from tests.test_quantized import random_blocks
+assert native.extension() is not None
+for name in quant.SUPPORTED:
+    raw = random_blocks(name, 40, 96, seed=2)
+    ref = torch.from_numpy(quant.dequantize(raw, name))
+    lin, packed = quant.QuantLinear(raw, name, 96), native.pack(ref)
+    assert torch.equal(lin.dense().view(torch.int32), ref.view(torch.int32)), name
+    for rows in (1, 2, 3, 7):
+        x = torch.randn(rows, 96)
+        assert torch.equal(lin(x), native.linear(x, packed, 40)), (name, rows)
+print("OK")
+"""
+
+
+@pytest.mark.parametrize(
+    "flags",
+    ["-march=native -mno-avx512f", "-march=x86-64"],  # the AVX2 path, the portable one
+    ids=["avx2", "scalar"],
+)
+def test_every_instruction_set_path_gives_the_same_bits(flags, tmp_path):
+    """This CPU's build takes one path; the others are built for it in a scratch cache."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    if "avx2" not in Path("/proc/cpuinfo").read_text() and "avx2" in flags:
+        pytest.skip("no AVX2 here")
+    base = [f for f in native.FLAGS if not f.startswith("-march")]
+    root = Path(__file__).parent.parent
+    env = dict(os.environ, STEER_WIDGETS_CACHE=str(tmp_path), PYTHONPATH=str(root))
+    proc = subprocess.run(
+        [sys.executable, "-c", VARIANT, " ".join([*flags.split(), *base])],
+        env=env, capture_output=True, text=True, timeout=900, cwd=root,
+    )  # fmt: skip
+    assert proc.returncode == 0 and "OK" in proc.stdout, proc.stderr[-3000:]

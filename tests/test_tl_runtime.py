@@ -9,14 +9,14 @@ from __future__ import annotations
 import pytest
 
 import steer_widgets as sw
-from steer_widgets.model import LoadedModel
+from steer_widgets.model import LoadedModel, default_model_dir
 from steer_widgets.steering import output_multipliers
 from steer_widgets.tl_runtime import TransformerLensRuntime, hooked_llama
 
 
 @pytest.fixture(scope="module")
 def tl_engine(engine, sources):
-    runtime = TransformerLensRuntime(hooked_llama(engine.model.source_dir))
+    runtime = TransformerLensRuntime(hooked_llama(engine.model.source_dir or default_model_dir()))
     model = LoadedModel("smollm2-via-transformer-lens", runtime, engine.tokenizer)
     return sw.Engine(model, saes={s: engine.saes.config(s).folder for s in sources})
 
