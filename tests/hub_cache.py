@@ -343,14 +343,16 @@ def write_llama_scope(
 
 def write_qwen_scope(path: Path, d_in: int, d_sae: int, seed: int) -> None:
     """Qwen Scope's ``layerN.sae.pt`` (W_enc [d_sae, d_in], W_dec [d_in, d_sae]): the matrices
-    are strided views of one small random vector (rows shifted copies), so the file is small."""
+    are strided views of one small random vector (rows shifted copies), so the file is small.
+    Spread encoder biases keep the k-th and (k+1)-th activations apart (rows this alike would
+    otherwise tie within float32 noise, and TopK's choice would depend on the runtime)."""
     g = torch.Generator().manual_seed(seed)
     base = torch.randn(d_sae + d_in, generator=g) / d_in**0.5
     w_enc = torch.as_strided(base, (d_sae, d_in), (1, 1))
     w_dec = torch.as_strided(base, (d_in, d_sae), (1, 1))
     buf = io.BytesIO()
     torch.save(
-        {"W_enc": w_enc, "W_dec": w_dec, "b_enc": _bias(d_sae, seed + 1), "b_dec": _bias(d_in, seed + 2)},
+        {"W_enc": w_enc, "W_dec": w_dec, "b_enc": _bias(d_sae, seed + 1, 0.5), "b_dec": _bias(d_in, seed + 2)},
         buf,
     )  # fmt: skip
     path.write_bytes(buf.getvalue())
