@@ -146,7 +146,10 @@ def _named(err: sw.SteerWidgetsError) -> str | None:
     return None
 
 
-def test_any_call_of_the_public_api_gives_a_result_or_a_named_error(engine, sources, tmp_path):
+def test_any_call_of_the_public_api_gives_a_result_or_a_named_error(
+    engine, sources, tmp_path, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)  # an odd string as a path ("nope") is written here, not the tree
     reference = sw.SteerRequest("The ocean is", types=("DEFAULT",), n_completion_tokens=5, seed=2)
     engine.clear_caches()
     before = engine.steer(reference).outputs["DEFAULT"].token_ids
