@@ -38,11 +38,17 @@ lab: install
 
 # One torch thread in tests: the browser tests run a kernel beside pytest, and two processes
 # with two threads each on a 2-core machine run many times slower than one thread each.
+# The tests never write into the work tree: git status after them is what it was before.
+TREE := $(shell mktemp -u /tmp/sw-tree.XXXXXX)
 test: install
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
 	$(BIN)/python scripts/check_wording.py
+	git status --porcelain > $(TREE).before 2>/dev/null || true
 	HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q tests notebooks --nbval-lax -p no:cacheprovider
 	OMP_NUM_THREADS=1 scripts/ipywidgets7.sh
+	git status --porcelain > $(TREE).after 2>/dev/null || true
+	@diff $(TREE).before $(TREE).after || (echo "the tests wrote into the work tree (above)"; exit 1)
+	@rm -f $(TREE).before $(TREE).after
 
 # The model-free tier (steer maths, validation, plans, records, search): seconds, no model.
 test-fast: $(STAMP)
