@@ -17,9 +17,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .errors import QuantizationUnsupported
 from .paths import cache_dir
-from .quant import TYPES, QuantWeight, type_name
+from .quant import QuantWeight, type_name
 
 # llama.cpp tensor names (per block after ``blk.N.``) -> transformers names, llama layout
 _GLOBAL = {
@@ -93,10 +92,14 @@ def _tensors(path: Path, index: dict):
         yield name, qtype, dims, arr
 
 
-def read_tensors(path: Path, config, index: dict) -> dict[str, torch.Tensor | QuantWeight]:
+def read_tensors(
+    path: Path, config, index: dict, blocks: bool = True
+) -> dict[str, torch.Tensor | QuantWeight]:
     """Every tensor of the GGUF under its transformers name: float tensors as float32
-    (F16 converted exactly), quantized ones as ``QuantWeight`` blocks."""
+    (F16 converted exactly), quantized ones as ``QuantWeight`` blocks, or with ``blocks``
+    False dequantized by gguf (any type it knows, as transformers' loader does)."""
     from gguf import GGMLQuantizationType
+    from gguf.quants import dequantize
 
     arch = index["architecture"]
     if arch not in ARCHITECTURES:
@@ -115,12 +118,11 @@ def read_tensors(path: Path, config, index: dict) -> dict[str, torch.Tensor | Qu
             rows = _unpermute(rows, config.num_attention_heads if q else config.num_key_value_heads)
         if qtype in (GGMLQuantizationType.F32, GGMLQuantizationType.F16):
             state[name] = torch.from_numpy(rows.astype(np.float32))
-        elif qtype.name in TYPES:
+        elif not blocks:
+            state[name] = torch.from_numpy(np.ascontiguousarray(dequantize(rows, qtype)))
+        else:  # a named error for types the kernel does not read, listing those it does
             k = dims[0]  # GGUF dims list the contiguous one first
             state[name] = QuantWeight(np.ascontiguousarray(rows), type_name(qtype.name), k)
-        else:
-            type_name(qtype.name)  # raises, listing the supported types
-            raise QuantizationUnsupported(qtype.name, "unreachable")
     return state
 
 
@@ -195,7 +197,6 @@ def load_gguf(
     cfg = fast_config(config)
     if cfg is None:
         raise UnsupportedModel(f"GGUF {path.name}: not one of {', '.join(FAST)}")
-    state = read_tensors(path, config, json.loads((folder / INDEX).read_text()))
     blocks = (
         quantized
         and str(device) == "cpu"
@@ -203,8 +204,7 @@ def load_gguf(
         and kernel == "native"
         and native.extension() is not None
     )
-    if not blocks:
-        state = {k: v.dequantize() if isinstance(v, QuantWeight) else v for k, v in state.items()}
+    state = read_tensors(path, config, json.loads((folder / INDEX).read_text()), blocks)
     runtime = Transformer(cfg, state, device=device, dtype=dtype, kernel=kernel)
     tokenizer = Tokenizer.from_folder(folder, prepend_bos=cfg.layout in ("gpt2", "neox"))
     stops = generation_stop_ids(folder)

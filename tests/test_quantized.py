@@ -227,3 +227,141 @@ def test_every_instruction_set_path_gives_the_same_bits(flags, tmp_path):
         env=env, capture_output=True, text=True, timeout=900, cwd=root,
     )  # fmt: skip
     assert proc.returncode == 0 and "OK" in proc.stdout, proc.stderr[-3000:]
+
+
+# ------------------------------------------------------------------ any GGUF
+
+
+def tokenizer_fields() -> dict:
+    """The default GGUF's tokenizer (a tiny model needs a real one for transformers)."""
+    import gguf
+
+    from steer_widgets.model import gguf_path
+
+    fields = gguf.GGUFReader(gguf_path()).fields
+
+    def strings(key: str) -> list[str]:
+        return [bytes(fields[key].parts[i]).decode() for i in fields[key].data]
+
+    kinds = fields["tokenizer.ggml.token_type"]
+    return {
+        "tokens": strings("tokenizer.ggml.tokens"),
+        "types": [int(kinds.parts[i][0]) for i in kinds.data],
+        "merges": strings("tokenizer.ggml.merges"),
+    }
+
+
+def write_tiny_qwen2(out, tok: dict, down: str = "Q4_1", ff: int = 128) -> None:
+    """A 2-layer Qwen 2 GGUF written by the gguf package: q/k/v biases, q, k and v in
+    different types (fused as float32), an untied Q8_0 unembedding."""
+    import gguf
+    from gguf import GGMLQuantizationType as T
+
+    rng = np.random.default_rng(0)
+    d, layers, nh, nkv, vocab = 64, 2, 4, 2, len(tok["tokens"])
+    hd = d // nh
+    w = gguf.GGUFWriter(str(out), "qwen2")
+    w.add_block_count(layers)
+    w.add_context_length(256)
+    w.add_embedding_length(d)
+    w.add_feed_forward_length(ff)
+    w.add_head_count(nh)
+    w.add_head_count_kv(nkv)
+    w.add_rope_freq_base(10000.0)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_tokenizer_model("gpt2")
+    w.add_tokenizer_pre("smollm")
+    w.add_token_list(tok["tokens"])
+    w.add_token_types(tok["types"])
+    w.add_token_merges(tok["merges"])
+    w.add_bos_token_id(1)
+    w.add_eos_token_id(2)
+
+    def blocks(name: str, shape: tuple[int, int], qtype, scale: float = 0.2) -> None:
+        x = (rng.standard_normal(shape) * scale).astype(np.float32)
+        if qtype in (T.Q4_0, T.Q4_1, T.Q8_0):
+            w.add_tensor(name, gguf.quants.quantize(x, qtype), raw_dtype=qtype)
+        else:  # Q6_K, a type we do not read: random codes, each block's scale d (its last
+            # two bytes) a small half so that the values stay finite
+            block, size = gguf.GGML_QUANT_SIZES[qtype]
+            raw = rng.integers(0, 256, (shape[0], shape[1] // block, size), dtype=np.uint8)
+            raw[..., -2:] = np.array([0.001], dtype="<f2").view(np.uint8)
+            w.add_tensor(name, raw.reshape(shape[0], -1), raw_dtype=qtype)
+
+    def floats(name: str, n: int, base: float = 0.0) -> None:
+        w.add_tensor(name, (base + rng.standard_normal(n) * 0.1).astype(np.float32))
+
+    blocks("token_embd.weight", (vocab, d), T.Q8_0, 0.5)
+    blocks("output.weight", (vocab, d), T.Q8_0, 0.5)
+    floats("output_norm.weight", d, 1.0)
+    for i in range(layers):
+        p = f"blk.{i}."
+        floats(p + "attn_norm.weight", d, 1.0)
+        floats(p + "ffn_norm.weight", d, 1.0)
+        for part, rows, qtype in (("q", nh * hd, T.Q4_1), ("k", nkv * hd, T.Q4_0),
+                                  ("v", nkv * hd, T.Q8_0)):  # fmt: skip
+            blocks(p + f"attn_{part}.weight", (rows, d), qtype)
+            floats(p + f"attn_{part}.bias", rows)
+        blocks(p + "attn_output.weight", (d, nh * hd), T.Q4_1)
+        blocks(p + "ffn_gate.weight", (ff, d), T.Q4_1)
+        blocks(p + "ffn_up.weight", (ff, d), T.Q4_1)
+        blocks(p + "ffn_down.weight", (d, ff), T[down])
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return tokenizer_fields()
+
+
+@pytest.fixture
+def gguf_cache(tmp_path, monkeypatch):
+    from steer_widgets import gguf_model
+
+    monkeypatch.setattr(gguf_model, "cache_dir", lambda: tmp_path / "cache")
+    return tmp_path
+
+
+def test_a_gguf_of_another_architecture_matches_transformers_loader(tokenizer, gguf_cache):
+    from transformers import AutoModelForCausalLM
+
+    from steer_widgets.explain import dense_weight
+
+    path = gguf_cache / "tiny-qwen2.gguf"
+    write_tiny_qwen2(path, tokenizer)
+    hf = AutoModelForCausalLM.from_pretrained(gguf_cache, gguf_file=path.name, dtype=torch.float32)
+    engine = sw.Engine(model=str(path), saes=[])
+    runtime, ref = engine.model.runtime, hf.eval().state_dict()
+    assert isinstance(runtime.unembed, quant.QuantLinear) and runtime.unembed is not runtime.embed
+    layer, p = runtime.layers[1], "model.layers.1."
+    fused = {
+        "wqkv": [p + f"self_attn.{x}_proj.weight" for x in "qkv"],
+        "wo": [p + "self_attn.o_proj.weight"],
+        "w_gate_up": [p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"],
+        "w_down": [p + "mlp.down_proj.weight"],
+    }
+    for attr, names in fused.items():  # every weight: transformers' float32 bits
+        assert torch.equal(dense_weight(getattr(layer, attr)), torch.cat([ref[n] for n in names]))
+    assert torch.equal(runtime.unembed_weight, ref["lm_head.weight"])
+    text = "The ocean is deep"
+    ids = torch.tensor([engine.tokenizer.encode(text).ids])
+    with torch.no_grad():
+        logits = hf(ids).logits
+    assert (runtime.forward(ids) - logits).abs().max() < 1e-4
+    n = 8
+    want = hf.generate(ids, max_new_tokens=n, min_new_tokens=n, do_sample=False)[0, ids.shape[1] :]
+    got = engine.generate(text, n_completion_tokens=n, temperature=0).token_ids
+    assert list(got) == want.tolist()
+
+
+def test_a_gguf_with_an_unsupported_type_is_refused_by_name(tokenizer, gguf_cache):
+    path = gguf_cache / "tiny-q6k.gguf"
+    write_tiny_qwen2(path, tokenizer, down="Q6_K", ff=256)
+    with pytest.raises(QuantizationUnsupported, match="Q4_1") as err:
+        load_model(str(path))
+    assert err.value.qtype == "Q6_K"
+    loaded = load_model(str(path), quantized=False)  # gguf dequantizes it, as transformers does
+    assert loaded.runtime.forward(torch.tensor([[1, 2, 3]])).isfinite().all()
