@@ -1,6 +1,9 @@
 """Debian's Chromium for the browser tests: where it is and the flags that work offline."""
 
 import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -27,3 +30,33 @@ def require_chromium() -> None:
     if shutil.which("apt-get"):
         pytest.fail(f"{CHROMIUM} is missing on a machine with apt-get: `make install` failed")
     pytest.skip(f"no {CHROMIUM} and no apt-get to install it")
+
+
+@contextmanager
+def offline_page(path: Path) -> Iterator[tuple]:
+    """An exported page opened in headless Chromium that may read only file:// URLs: yields
+    ``(page, blocked, errors)``, the refused URLs and the page's JavaScript errors."""
+    from playwright.sync_api import sync_playwright
+
+    blocked: list[str] = []
+    errors: list[str] = []
+
+    def only_files(route):
+        if route.request.url.startswith("file:"):
+            route.continue_()
+        else:
+            blocked.append(route.request.url)
+            route.abort()
+
+    with sync_playwright() as p, tempfile.TemporaryDirectory() as profile:
+        ctx = p.chromium.launch_persistent_context(
+            profile, executable_path=str(CHROMIUM), headless=True, args=FLAGS
+        )
+        try:
+            page = ctx.new_page()
+            page.route("**/*", only_files)
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(path.as_uri())
+            yield page, blocked, errors
+        finally:
+            ctx.close()

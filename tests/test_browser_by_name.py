@@ -7,12 +7,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import nbformat
 import pytest
-from chromium import CHROMIUM, FLAGS, require_chromium
+from chromium import offline_page, require_chromium
 
 ROOT = Path(__file__).resolve().parents[1]
 CELLS = [
@@ -69,43 +68,23 @@ def exported(tmp_path_factory) -> Path:
 
 @pytest.mark.browser
 def test_explorer_on_a_release_sae_renders_offline(exported):
-    playwright = pytest.importorskip("playwright.sync_api")
+    pytest.importorskip("playwright.sync_api")
     require_chromium()
-    blocked: list[str] = []
-    errors: list[str] = []
-
-    def only_files(route):
-        if route.request.url.startswith("file:"):
-            route.continue_()
-        else:
-            blocked.append(route.request.url)
-            route.abort()
-
-    with playwright.sync_playwright() as p, tempfile.TemporaryDirectory() as profile:
-        ctx = p.chromium.launch_persistent_context(
-            profile, executable_path=str(CHROMIUM), headless=True, args=FLAGS
+    with offline_page(exported) as (page, blocked, errors):
+        page.wait_for_selector(".sw-heatmap .sw-tok", timeout=60_000)
+        page.wait_for_selector(".sw-completions .sw-pane", timeout=60_000)
+        drawn = page.evaluate(
+            """() => ({
+              rows: [...document.querySelectorAll('.sw-heatmap .sw-row')]
+                .map(r => r.dataset.label),
+              tokens: [...document.querySelectorAll('.sw-heatmap .sw-tok')]
+                .map(t => t.textContent).join(''),
+              title: document.querySelector('.sw-heatmap .sw-title').textContent,
+              panes: [...document.querySelectorAll('.sw-completions .sw-pane')]
+                .map(p => p.dataset.label),
+              text: document.body.innerText,
+            })"""
         )
-        try:
-            page = ctx.new_page()
-            page.route("**/*", only_files)
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.goto(exported.as_uri())
-            page.wait_for_selector(".sw-heatmap .sw-tok", timeout=60_000)
-            page.wait_for_selector(".sw-completions .sw-pane", timeout=60_000)
-            drawn = page.evaluate(
-                """() => ({
-                  rows: [...document.querySelectorAll('.sw-heatmap .sw-row')]
-                    .map(r => r.dataset.label),
-                  tokens: [...document.querySelectorAll('.sw-heatmap .sw-tok')]
-                    .map(t => t.textContent).join(''),
-                  title: document.querySelector('.sw-heatmap .sw-title').textContent,
-                  panes: [...document.querySelectorAll('.sw-completions .sw-pane')]
-                    .map(p => p.dataset.label),
-                  text: document.body.innerText,
-                })"""
-            )
-        finally:
-            ctx.close()
     assert not errors, errors
     assert drawn["rows"] == ["prompt", "DEFAULT", "STEERED"], drawn["rows"]
     assert "quick brown fox" in drawn["tokens"]

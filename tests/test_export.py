@@ -17,7 +17,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
-from chromium import CHROMIUM, FLAGS, require_chromium
+from chromium import offline_page, require_chromium
 
 from steer_widgets import export as sw_export
 
@@ -140,57 +140,37 @@ def test_export_is_self_contained(exported):
 @needs_saes
 @pytest.mark.browser
 def test_exported_explorer_renders_offline_in_chromium(exported):
-    playwright = pytest.importorskip("playwright.sync_api")
+    pytest.importorskip("playwright.sync_api")
     require_chromium()
-    blocked: list[str] = []
-    errors: list[str] = []
-
-    def only_files(route):
-        if route.request.url.startswith("file:"):
-            route.continue_()
-        else:
-            blocked.append(route.request.url)
-            route.abort()
-
-    with playwright.sync_playwright() as p, tempfile.TemporaryDirectory() as profile:
-        ctx = p.chromium.launch_persistent_context(
-            profile, executable_path=str(CHROMIUM), headless=True, args=FLAGS
+    with offline_page(exported) as (page, blocked, errors):
+        page.wait_for_selector(".sw-heatmap .sw-tok", timeout=60_000)
+        page.wait_for_selector(".sw-completions .sw-pane", timeout=60_000)
+        page.wait_for_selector(".sw-eval-grid .sw-eval-cell", timeout=60_000)
+        drawn = page.evaluate(
+            """() => {
+              const toks = [...document.querySelectorAll('.sw-heatmap .sw-tok')];
+              return {
+                rows: [...document.querySelectorAll('.sw-heatmap .sw-row')]
+                  .map(r => r.dataset.label),
+                tokens: toks.map(t => t.textContent),
+                colored: toks.filter(t => t.style.background.startsWith('rgba')).length,
+                title: document.querySelector('.sw-heatmap .sw-title').textContent,
+                panes: Object.fromEntries(
+                  [...document.querySelectorAll('.sw-completions .sw-pane')]
+                    .map(p => [p.dataset.label, p.querySelector('.sw-text').textContent])),
+                sliders: document.querySelectorAll('.widget-slider').length,
+                points: document.querySelectorAll('.sw-eval-chart svg .sw-point').length,
+                cells: [...document.querySelectorAll('.sw-eval-grid .sw-eval-cell')]
+                  .map(c => c.className),
+                evalState: document.querySelector('.sw-eval .sw-badge').textContent,
+              };
+            }"""
         )
-        try:
-            page = ctx.new_page()
-            page.route("**/*", only_files)
-            page.on("pageerror", lambda e: errors.append(str(e)))
-            page.goto(exported.as_uri())
-            page.wait_for_selector(".sw-heatmap .sw-tok", timeout=60_000)
-            page.wait_for_selector(".sw-completions .sw-pane", timeout=60_000)
-            page.wait_for_selector(".sw-eval-grid .sw-eval-cell", timeout=60_000)
-            drawn = page.evaluate(
-                """() => {
-                  const toks = [...document.querySelectorAll('.sw-heatmap .sw-tok')];
-                  return {
-                    rows: [...document.querySelectorAll('.sw-heatmap .sw-row')]
-                      .map(r => r.dataset.label),
-                    tokens: toks.map(t => t.textContent),
-                    colored: toks.filter(t => t.style.background.startsWith('rgba')).length,
-                    title: document.querySelector('.sw-heatmap .sw-title').textContent,
-                    panes: Object.fromEntries(
-                      [...document.querySelectorAll('.sw-completions .sw-pane')]
-                        .map(p => [p.dataset.label, p.querySelector('.sw-text').textContent])),
-                    sliders: document.querySelectorAll('.widget-slider').length,
-                    points: document.querySelectorAll('.sw-eval-chart svg .sw-point').length,
-                    cells: [...document.querySelectorAll('.sw-eval-grid .sw-eval-cell')]
-                      .map(c => c.className),
-                    evalState: document.querySelector('.sw-eval .sw-badge').textContent,
-                  };
-                }"""
-            )
-            shot = Path(tempfile.gettempdir()) / "sw-explorer-evaluate.png"
-            page.locator(".sw-eval").screenshot(path=str(shot))
-            if os.environ.get("SW_SCREENSHOT_DIR"):  # make screenshots: the README's image
-                shutil.copy(shot, Path(os.environ["SW_SCREENSHOT_DIR"]) / "explorer-evaluate.png")
-            shot.unlink()
-        finally:
-            ctx.close()
+        shot = Path(tempfile.gettempdir()) / "sw-explorer-evaluate.png"
+        page.locator(".sw-eval").screenshot(path=str(shot))
+        if os.environ.get("SW_SCREENSHOT_DIR"):  # make screenshots: the README's image
+            shutil.copy(shot, Path(os.environ["SW_SCREENSHOT_DIR"]) / "explorer-evaluate.png")
+        shot.unlink()
 
     assert not errors, errors
     assert drawn["rows"] == ["prompt", "DEFAULT", "STEERED"], drawn
