@@ -58,7 +58,8 @@ def first_rows(engine, steering, panel_prompts) -> float:
     cancel = threading.Event()
     start = time.perf_counter()
     seconds = float("inf")
-    for snapshot in engine.evaluate_stream(steering, panel_prompts, cancel=cancel):
+    stream = engine.evaluate_stream(steering, panel_prompts, judge=[CONCEPT], cancel=cancel)
+    for snapshot in stream:
         if snapshot.rows and not cancel.is_set():
             seconds = time.perf_counter() - start
             cancel.set()  # the rest of the panel is not timed here
@@ -81,8 +82,9 @@ def run() -> dict:
     identical = True
     for temperature in (0.0, 0.7):
         ev = engine.evaluate(
-            {CONCEPT: vector}, panel_prompts, temperature=temperature, progress=False
-        )
+            {CONCEPT: vector}, panel_prompts, judge=[CONCEPT], temperature=temperature,
+            progress=False,
+        )  # fmt: skip
         solo = solo_rows(engine, ev, fluency=False)
         expected = {
             (i, m): solo[i * len(ev.strengths) + k]
@@ -98,7 +100,11 @@ def run() -> dict:
     for _ in range(2):  # alternations: the best of each route
         first = min(first, first_rows(engine, {CONCEPT: vector}, panel_prompts))
         engine.clear_caches()
-        ev, t = timed(lambda: engine.evaluate({CONCEPT: vector}, panel_prompts, progress=False))
+        ev, t = timed(
+            lambda: engine.evaluate(
+                {CONCEPT: vector}, panel_prompts, judge=[CONCEPT], progress=False
+            )
+        )
         best["evaluate"] = min(best["evaluate"], t)
         _, t = timed(lambda ev=ev: solo_rows(engine, ev, fluency=False))
         best["solo"] = min(best["solo"], t)
