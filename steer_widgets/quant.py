@@ -9,8 +9,9 @@ GGUF loader calls), then runs the float32 kernel's fused multiply-add chain: its
 the float32 native path's on the dequantized weights, bit for bit, and rows stay exact.
 
 Blocks are repacked once at load (``pack``): per 16 output columns and 32 k, the 16 scales,
-the 16 mins (``Q4_1``) and one line of 16 codes per k, so the inner loop streams them in
-order as the float32 kernel streams its [N/16, K, 16] lines.
+the 16 mins (``Q4_1``) and the 16 columns' codes, 16 bytes per load (one k of 8-bit codes,
+two k of 4-bit ones), so the inner loop streams them in order as the float32 kernel streams
+its [N/16, K, 16] lines.
 """
 
 from __future__ import annotations
@@ -88,8 +89,8 @@ def pack(raw: np.ndarray, qtype: int | str) -> Tensor:
     if m is not None:
         parts.append(scale_bytes(m))
     lines = np.swapaxes(per_group(codes), 2, 3)  # [nb, G, 32 (k), 16 (column)]
-    if name != "Q8_0":  # column i in the low nibble of byte i, column i + 8 in its high one
-        lines = lines[..., :8] | (lines[..., 8:] << 4)
+    if name != "Q8_0":  # byte i: column i at an even k (low nibble) and at the next k (high)
+        lines = lines[..., 0::2, :] | (lines[..., 1::2, :] << 4)
     parts.append(np.ascontiguousarray(lines).reshape(nb, groups, -1))
     return torch.from_numpy(np.ascontiguousarray(np.concatenate(parts, axis=-1)))
 

@@ -209,20 +209,24 @@ at::Tensor linear(const at::Tensor& x_in, const at::Tensor& packed, int64_t n_ou
 // The same products with the weight read as GGUF quantized blocks (Q4_0, Q4_1, Q8_0: 32
 // weights along k share an f16 scale d, and for Q4_1 an f16 min m). Packed once at load
 // (quant.py) as [N/16][K/32][bytes]: per 16 output columns and 32 k, the 16 scales (f16), the
-// 16 mins (Q4_1), then one line per k of the 16 columns' codes (4-bit: 8 bytes, column i in
-// the low nibble of byte i and column i + 8 in its high nibble; 8-bit: 16 signed bytes).
-// Each weight is dequantized in registers exactly as gguf.quants does it in float32 numpy
-// (Q4_0: d * (q - 8); Q4_1: (d * q) + m; Q8_0: q * d; a separate multiply and add, the file
-// built with -ffp-contract=off), and then enters the same in-order fused multiply-add chain
-// as the float32 kernel above: the bits of that kernel on the dequantized matrix.
+// 16 mins (Q4_1), then the 16 columns' codes, 16 bytes per load: 8-bit, one k (signed bytes,
+// column i in byte i); 4-bit, two k (column i of k in the low nibble of byte i, of k + 1 in
+// its high one), so one zero-extending load and a mask or a shift give each line.
+// Each weight is dequantized in registers to the float32 value gguf.quants computes in numpy
+// (Q4_0: d * (q - 8); Q4_1: (d * q) + m; Q8_0: q * d), and then enters the same in-order
+// fused multiply-add chain as the float32 kernel above: the bits of that kernel on the
+// dequantized matrix. The product d * q is always exact in float32 (an 11-bit half
+// significand times an integer of at most 8 bits, far from overflow and underflow), so
+// Q4_1's (d * q) + m rounds once whether the add is separate or fused: the vector paths
+// fuse it (one instruction less per weight line), the scalar one keeps numpy's two steps.
 namespace {
 
 constexpr int64_t kQK = 32;  // weights per GGUF block along k
 enum QType : int64_t { kQ4_0 = 2, kQ4_1 = 3, kQ8_0 = 8 };  // ggml's type ids
 
 constexpr int64_t scale_bytes(int64_t t) { return t == kQ4_1 ? 64 : 32; }
-constexpr int64_t line_bytes(int64_t t) { return t == kQ8_0 ? 16 : 8; }
-constexpr int64_t group_bytes(int64_t t) { return scale_bytes(t) + kQK * line_bytes(t); }
+constexpr int64_t lines_per_load(int64_t t) { return t == kQ8_0 ? 1 : 2; }  // 16 bytes each
+constexpr int64_t group_bytes(int64_t t) { return scale_bytes(t) + kQK / lines_per_load(t) * 16; }
 
 // f16 -> f32, exact (subnormal halves are normal floats; inf and NaN are refused at load)
 inline float half_to_float(uint16_t h) {
@@ -238,11 +242,11 @@ inline float half_to_float(uint16_t h) {
   return f;
 }
 
-// weight k of the 16 columns of one group: `scales` its 16 (Q4_1: 32) f16 values
-inline float code(int64_t t, const uint8_t* line, int64_t i) {
-  if (t == kQ8_0) return static_cast<float>(static_cast<int8_t>(line[i]));
-  const uint8_t byte = line[i % 8];
-  const int q = i < 8 ? (byte & 0x0f) : (byte >> 4);
+// the code of column i at k = kk (0..31) of a group, from the group's codes
+inline float code(int64_t t, const uint8_t* codes, int64_t kk, int64_t i) {
+  if (t == kQ8_0) return static_cast<float>(static_cast<int8_t>(codes[kk * 16 + i]));
+  const uint8_t byte = codes[kk / 2 * 16 + i];
+  const int q = kk % 2 ? (byte >> 4) : (byte & 0x0f);
   return static_cast<float>(t == kQ4_0 ? q - 8 : q);
 }
 
@@ -250,7 +254,7 @@ inline float dequant_one(int64_t t, const uint8_t* group, int64_t kk, int64_t i)
   uint16_t h[2];
   std::memcpy(&h[0], group + 2 * i, 2);
   const float d = half_to_float(h[0]);
-  const float q = code(t, group + scale_bytes(t) + kk * line_bytes(t), i);
+  const float q = code(t, group + scale_bytes(t), kk, i);
   if (t != kQ4_1) return d * q;
   std::memcpy(&h[1], group + 32 + 2 * i, 2);
   return d * q + half_to_float(h[1]);  // no contraction: -ffp-contract=off
@@ -265,20 +269,23 @@ inline Vec halves(const uint8_t* p) {
   return {_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)))};
 }
 template <int64_t T>
-inline Vec dequant(const uint8_t* line, const Scales& s) {
-  __m512 q;
+inline Vec scaled(__m512i qi, const Scales& s) {
+  if constexpr (T == kQ4_0) qi = _mm512_sub_epi32(qi, _mm512_set1_epi32(8));
+  const __m512 q = _mm512_cvtepi32_ps(qi);
+  // one rounding either way: d * q is exact (see above), so the fused form has the bits
+  // of gguf's separate multiply and add
+  return {T == kQ4_1 ? _mm512_fmadd_ps(s.d.v, q, s.m.v) : _mm512_mul_ps(q, s.d.v)};
+}
+// the lines_per_load(T) weight lines of one 16-byte load
+template <int64_t T>
+inline void dequant(const uint8_t* p, const Scales& s, Vec* out) {
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
   if constexpr (T == kQ8_0) {
-    q = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(line))));
-    return {_mm512_mul_ps(q, s.d.v)};
+    out[0] = scaled<T>(_mm512_cvtepi8_epi32(v), s);
   } else {
-    const __m128i v = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(line));
-    const __m128i nib = _mm_set1_epi8(0x0f);
-    const __m128i both = _mm_unpacklo_epi64(_mm_and_si128(v, nib), _mm_and_si128(_mm_srli_epi16(v, 4), nib));
-    __m512i qi = _mm512_cvtepu8_epi32(both);
-    if constexpr (T == kQ4_0) qi = _mm512_sub_epi32(qi, _mm512_set1_epi32(8));
-    q = _mm512_cvtepi32_ps(qi);
-    const __m512 dq = _mm512_mul_ps(s.d.v, q);
-    return {T == kQ4_1 ? _mm512_add_ps(dq, s.m.v) : dq};
+    const __m512i b = _mm512_cvtepu8_epi32(v);
+    out[0] = scaled<T>(_mm512_and_si512(b, _mm512_set1_epi32(0x0f)), s);
+    out[1] = scaled<T>(_mm512_srli_epi32(b, 4), s);
   }
 }
 #elif defined(__AVX2__) && defined(__FMA__)
@@ -298,28 +305,28 @@ inline Vec halves(const uint8_t* p) {
 #endif
 }
 template <int64_t T>
-inline Vec dequant(const uint8_t* line, const Scales& s) {
+inline Vec scaled(__m256i a, __m256i b, const Scales& s) {
+  if constexpr (T == kQ4_0) {
+    a = _mm256_sub_epi32(a, _mm256_set1_epi32(8));
+    b = _mm256_sub_epi32(b, _mm256_set1_epi32(8));
+  }
+  const __m256 qa = _mm256_cvtepi32_ps(a), qb = _mm256_cvtepi32_ps(b);
+  if constexpr (T == kQ4_1)  // d * q is exact: the fused form has gguf's bits (see above)
+    return {_mm256_fmadd_ps(s.d.lo, qa, s.m.lo), _mm256_fmadd_ps(s.d.hi, qb, s.m.hi)};
+  return {_mm256_mul_ps(qa, s.d.lo), _mm256_mul_ps(qb, s.d.hi)};
+}
+// the lines_per_load(T) weight lines of one 16-byte load
+template <int64_t T>
+inline void dequant(const uint8_t* p, const Scales& s, Vec* out) {
+  const __m128i lo8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+  const __m128i hi8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 8));
   if constexpr (T == kQ8_0) {
-    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(line));
-    const __m256 lo = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(v));
-    const __m256 hi = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(v, 8)));
-    return {_mm256_mul_ps(lo, s.d.lo), _mm256_mul_ps(hi, s.d.hi)};
+    out[0] = scaled<T>(_mm256_cvtepi8_epi32(lo8), _mm256_cvtepi8_epi32(hi8), s);
   } else {
-    const __m128i v = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(line));
-    const __m128i nib = _mm_set1_epi8(0x0f);
-    __m256i a = _mm256_cvtepu8_epi32(_mm_and_si128(v, nib));
-    __m256i b = _mm256_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(v, 4), nib));
-    if constexpr (T == kQ4_0) {
-      a = _mm256_sub_epi32(a, _mm256_set1_epi32(8));
-      b = _mm256_sub_epi32(b, _mm256_set1_epi32(8));
-    }
-    __m256 lo = _mm256_mul_ps(s.d.lo, _mm256_cvtepi32_ps(a));
-    __m256 hi = _mm256_mul_ps(s.d.hi, _mm256_cvtepi32_ps(b));
-    if constexpr (T == kQ4_1) {
-      lo = _mm256_add_ps(lo, s.m.lo);
-      hi = _mm256_add_ps(hi, s.m.hi);
-    }
-    return {lo, hi};
+    const __m256i a = _mm256_cvtepu8_epi32(lo8), b = _mm256_cvtepu8_epi32(hi8);
+    const __m256i nib = _mm256_set1_epi32(0x0f);
+    out[0] = scaled<T>(_mm256_and_si256(a, nib), _mm256_and_si256(b, nib), s);
+    out[1] = scaled<T>(_mm256_srli_epi32(a, 4), _mm256_srli_epi32(b, 4), s);
   }
 }
 #else
@@ -333,13 +340,12 @@ inline Vec halves(const uint8_t* p) {
   return v;
 }
 template <int64_t T>
-inline Vec dequant(const uint8_t* line, const Scales& s) {
-  Vec v;
-  for (int64_t i = 0; i < kBlock; ++i) {
-    const float dq = s.d.f[i] * code(T, line, i);
-    v.f[i] = T == kQ4_1 ? dq + s.m.f[i] : dq;
-  }
-  return v;
+inline void dequant(const uint8_t* p, const Scales& s, Vec* out) {
+  for (int64_t j = 0; j < lines_per_load(T); ++j)
+    for (int64_t i = 0; i < kBlock; ++i) {
+      const float dq = s.d.f[i] * code(T, p, j, i);
+      out[j].f[i] = T == kQ4_1 ? dq + s.m.f[i] : dq;
+    }
 }
 #endif
 
@@ -352,7 +358,7 @@ inline Scales scales_of(int64_t t, const uint8_t* group) {
 template <int64_t T, int R, int C>
 void qtile(const float* x, const uint8_t* w, const float* bias, float* y, int64_t K, int64_t N,
            int64_t b) {
-  constexpr int64_t G = group_bytes(T), L = line_bytes(T), S = scale_bytes(T);
+  constexpr int64_t G = group_bytes(T), P = lines_per_load(T), S = scale_bytes(T);
   const int64_t groups = K / kQK;
   Vec acc[R][C];
   for (int r = 0; r < R; ++r)
@@ -365,11 +371,14 @@ void qtile(const float* x, const uint8_t* w, const float* bias, float* y, int64_
       __builtin_prefetch(grp[c] + 4 * G);
       s[c] = scales_of(T, grp[c]);
     }
-    for (int64_t kk = 0; kk < kQK; ++kk) {
-      const int64_t k = g * kQK + kk;
-      Vec wk[C];
-      for (int c = 0; c < C; ++c) wk[c] = dequant<T>(grp[c] + S + kk * L, s[c]);
-      step<R, C>(x, K, k, wk, acc);
+    for (int64_t kk = 0; kk < kQK; kk += P) {
+      Vec lines[C][P];
+      for (int c = 0; c < C; ++c) dequant<T>(grp[c] + S + kk / P * 16, s[c], lines[c]);
+      for (int64_t j = 0; j < P; ++j) {  // k ascending, as the float32 kernel
+        Vec wk[C];
+        for (int c = 0; c < C; ++c) wk[c] = lines[c][j];
+        step<R, C>(x, K, g * kQK + kk + j, wk, acc);
+      }
     }
   }
   finish<R, C>(acc, bias, y, N, b);
@@ -379,14 +388,15 @@ void qtile(const float* x, const uint8_t* w, const float* bias, float* y, int64_
 // many rows (prefill): the float32 tiles then run on it unchanged.
 template <int64_t T>
 void dequant_panel(const uint8_t* w, int64_t K, int64_t b, float* panel) {
-  constexpr int64_t G = group_bytes(T), L = line_bytes(T), S = scale_bytes(T);
+  constexpr int64_t G = group_bytes(T), P = lines_per_load(T), S = scale_bytes(T);
   const int64_t groups = K / kQK;
   for (int64_t g = 0; g < groups; ++g) {
     const uint8_t* grp = w + (b * groups + g) * G;
     const Scales s = scales_of(T, grp);
-    for (int64_t kk = 0; kk < kQK; ++kk) {
-      const Vec v = dequant<T>(grp + S + kk * L, s);
-      std::memcpy(panel + (g * kQK + kk) * kBlock, &v, sizeof v);
+    for (int64_t kk = 0; kk < kQK; kk += P) {
+      Vec v[P];
+      dequant<T>(grp + S + kk / P * 16, s, v);
+      std::memcpy(panel + (g * kQK + kk) * kBlock, v, sizeof v);
     }
   }
 }
@@ -402,19 +412,35 @@ constexpr auto qtiles(std::integer_sequence<int, Rs...>) {
   return std::array{qtiles_of<T, Rs + 1>(std::make_integer_sequence<int, W>{})...};
 }
 template <int64_t T>
-constexpr auto kQTiles = qtiles<T, kWide>(std::make_integer_sequence<int, kWideRows>{});
+constexpr auto kQWideTiles = qtiles<T, kWide>(std::make_integer_sequence<int, kWideRows>{});
+template <int64_t T>
+constexpr auto kQTiles = qtiles<T, kTile>(std::make_integer_sequence<int, kRows>{});
 
-constexpr int64_t kPanelRows = kWideRows;  // more rows than this: dequantize a panel once
+// Up to this many rows (decode rows), each group of kRows dequantizes the weights again in
+// registers; more (a prefill), each column block is dequantized once into a panel.
+constexpr int64_t kPanelRows = 2 * kRows;
 
 template <int64_t T>
 void qlinear(const float* xp, const uint8_t* wp, const float* bp, float* yp, int64_t M, int64_t K,
              int64_t n_out, int64_t blocks) {
   const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, M * K * kBlock));
-  if (M <= kPanelRows) {
+  if (M <= kWideRows) {
     at::parallel_for(0, blocks, grain, [&](int64_t b0, int64_t b1) {
       for (int64_t b = b0; b < b1; b += kWide) {
         const int cols = static_cast<int>(std::min<int64_t>(kWide, b1 - b));
-        kQTiles<T>[M - 1][cols - 1](xp, wp, bp, yp, K, n_out, b);
+        kQWideTiles<T>[M - 1][cols - 1](xp, wp, bp, yp, K, n_out, b);
+      }
+    });
+    return;
+  }
+  if (M <= kPanelRows) {
+    at::parallel_for(0, blocks, grain, [&](int64_t b0, int64_t b1) {
+      for (int64_t b = b0; b < b1; b += kTile) {
+        const int cols = static_cast<int>(std::min<int64_t>(kTile, b1 - b));
+        for (int64_t m = 0; m < M; m += kRows) {
+          const int rows = static_cast<int>(std::min<int64_t>(kRows, M - m));
+          kQTiles<T>[rows - 1][cols - 1](xp + m * K, wp, bp, yp + m * n_out, K, n_out, b);
+        }
       }
     });
     return;
