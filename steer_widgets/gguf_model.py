@@ -173,23 +173,22 @@ def _convert_metadata(path: Path, folder: Path) -> None:
 
 def load_gguf(
     path: Path,
-    name: str | None = None,
     device: str = "cpu",
     dtype: torch.dtype = torch.float32,
     kernel: str = "native",
     quantized: bool = True,
 ):
-    """A ``LoadedModel`` on the fast runtime from a GGUF file. ``quantized``: matrices stay
+    """The fast runtime, tokenizer and stop ids of a GGUF file (``model.load_model`` wraps
+    them as a ``LoadedModel``; this module does not import ``model``). ``quantized``: matrices stay
     GGUF blocks read by the native kernel (float32 on a CPU with a built kernel; elsewhere,
     or with ``quantized=False``, they are dequantized as transformers does it, the same
     values in float32)."""
     from transformers import AutoConfig
 
     from . import native
-    from .model import LoadedModel, fast_config, generation_stop_ids
-    from .tokens import Tokenizer
+    from .tokens import Tokenizer, generation_stop_ids
     from .transformer import ARCHITECTURES as FAST
-    from .transformer import Transformer, UnsupportedModel
+    from .transformer import Transformer, UnsupportedModel, fast_config
 
     path = Path(path)
     folder = metadata_dir(path)
@@ -208,4 +207,4 @@ def load_gguf(
     runtime = Transformer(cfg, state, device=device, dtype=dtype, kernel=kernel)
     tokenizer = Tokenizer.from_folder(folder, prepend_bos=cfg.layout in ("gpt2", "neox"))
     stops = generation_stop_ids(folder)
-    return LoadedModel(name or str(path), runtime, tokenizer, None, stop_ids=stops)
+    return runtime, tokenizer, stops

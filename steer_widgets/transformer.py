@@ -827,3 +827,15 @@ def _run(hooks: Mapping[str, Hook], name: str, x: Tensor, start: int) -> Tensor:
         return x
     # a hook may compute in float32 (steering vectors are float32): keep the model's dtype
     return out if out.dtype == x.dtype else out.to(x.dtype)
+
+
+def fast_config(config) -> TransformerConfig | None:
+    """Our runtime's config for a transformers config, or ``None`` when the fast runtime
+    does not run that architecture (or one of its settings)."""
+    archs = config.architectures or []
+    if archs and archs[0] not in ARCHITECTURES:
+        return None
+    try:
+        return TransformerConfig.from_hf_config(config)
+    except UnsupportedModel:
+        return None
