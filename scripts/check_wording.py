@@ -3,7 +3,7 @@
 Figures and decisions are dated (2026-12-01) or named by commit; a phrase that counts the
 periods in which the work was done means nothing to a reader of the product. A "session" in
 the sense of a Colab, kernel, JupyterLab, HTTP or pytest session is fine: those words on the
-line, or on the two lines before it, let a "this session" stand.
+line, or on the two lines before it, let a demonstrative "session" phrase stand.
 
     python scripts/check_wording.py            # every tracked or new file in the repository
     python scripts/check_wording.py FILE ...   # only these
