@@ -152,10 +152,8 @@ class Evaluation:
         within ``budget`` nats (ties: the gentlest, nearest 0); ``None`` if none is, or if no
         strength within it succeeded at all."""
         checks.number("budget", budget)
-        name = self._one_steering(steering)
-        table = self.summary()
-        table = table[(table["steering"] == name) & (table["n"] > 0)]
-        table = table[table["fluency_delta"] <= budget]
+        table = self._summary_of(steering)
+        table = table[(table["n"] > 0) & (table["fluency_delta"] <= budget)]
         if table.empty:
             return None
         top = table["success"].max()
@@ -163,6 +161,11 @@ class Evaluation:
             return None
         candidates = table[table["success"] == top]["strength"]
         return float(min(candidates, key=lambda m: (abs(m), m)))
+
+    def _summary_of(self, steering: str | None):
+        """``summary()``'s rows of one steering (the only one when ``None``)."""
+        table = self.summary()
+        return table[table["steering"] == self._one_steering(steering)]
 
     def _one_steering(self, steering: str | None) -> str:
         if steering is None:
@@ -178,9 +181,7 @@ class Evaluation:
         x1 point and ``current`` (a multiplier) are marked. What the explorer shows."""
         from .chart import tradeoff_svg
 
-        name = self._one_steering(steering)
-        table = self.summary()
-        table = table[table["steering"] == name]
+        table = self._summary_of(steering)
         points = [
             (float(m), s, f, int(n))
             for m, s, f, n in zip(
@@ -203,8 +204,7 @@ class Evaluation:
 
             return SVG(self.svg(steering=steering))
         name = self._one_steering(steering)
-        table = self.summary()
-        table = table[table["steering"] == name]
+        table = self._summary_of(name)
         fig, ax = plt.subplots(figsize=(6, 3.2))
         ax.plot(table["strength"], 100 * table["success"], "o-", color="#1f77b4")
         ax.set_xlabel("strength (x the recommended point)")

@@ -32,8 +32,8 @@ from .evaluation import (
     check_strengths,
     prompt_name,
 )
-from .generation import Row, Sampling
-from .judges import Judge, JudgeError, label_words, make_judge
+from .generation import Row, Sampling, check_sampling_keys
+from .judges import JudgeError, label_words, make_judge
 from .steering import Feature, SteerRequest, Vector
 from .tokens import check_prompt
 
@@ -189,34 +189,33 @@ class Evaluator:
                 return
             outputs = list(result.outputs.values())
             default, rows = outputs[0], outputs[1:]
-            ev.defaults.setdefault(i, self._scored_default(i, default))
-            d = ev.defaults[i]
-            base = self.judges[name].score(d.text, prompt_name(prompt))
+            if i not in ev.defaults:
+                nll = _mean_nll(self.engine.token_logprobs(prompt, default).tolist())
+                self._reference(ev, i, default, nll)
             for m, completion in zip(self.strengths, rows, strict=True):
-                score = self.judges[name].score(completion.text, prompt_name(prompt))
-                nll = _nll(self.engine.token_logprobs(prompt, completion))
-                ev.rows.append(
-                    EvalRow(
-                        name,
-                        i,
-                        m,
-                        completion.text,
-                        completion.token_ids,
-                        completion.stop,
-                        score,
-                        score > base,
-                        nll,
-                        nll - d.nll,
-                        _shared(completion.token_ids, d.token_ids),
-                    )  # fmt: skip
-                )
+                nll = _mean_nll(self.engine.token_logprobs(prompt, completion).tolist())
+                ev.rows.append(self._row(ev, i, name, m, completion, nll))
             yield ev
 
-    def _scored_default(self, i: int, default) -> PromptDefault:
+    def _reference(self, ev: Evaluation, i: int, default, nll: float) -> None:
+        """DEFAULT of prompt ``i`` as the reference, scored by the first steering's judge
+        (for display; each row is compared with its own judge's score, ``_row``)."""
         judge = next(iter(self.judges.values()))
         score = judge.score(default.text, prompt_name(self.prompts[i]))
-        nll = _nll(self.engine.token_logprobs(self.prompts[i], default))
-        return PromptDefault(default.text, default.token_ids, nll, score)
+        ev.defaults[i] = PromptDefault(default.text, default.token_ids, nll, score)
+
+    def _row(self, ev: Evaluation, i: int, name: str, m: float, completion, nll: float) -> EvalRow:
+        """A steered completion scored against prompt ``i``'s DEFAULT, which each judge
+        scores once."""
+        d, text = ev.defaults[i], prompt_name(self.prompts[i])
+        if (i, name) not in self._default_scores:
+            self._default_scores[i, name] = self.judges[name].score(d.text, text)
+        score = self.judges[name].score(completion.text, text)
+        return EvalRow(
+            name, i, m, completion.text, completion.token_ids, completion.stop, score,
+            score > self._default_scores[i, name], nll, nll - d.nll,
+            _shared(completion.token_ids, d.token_ids),
+        )  # fmt: skip
 
     def _default(self, i: int, completion):
         enc, _ = self.plans[i]
@@ -225,52 +224,22 @@ class Evaluator:
 
     def _finish(self, ev, i, default, owners, ready, ids, probs, first, stop) -> None:
         """Score finished rows ``ready`` (indices into ``owners``) and add them to ``ev``."""
-        ev.defaults.setdefault(i, _prompt_default(default, self.judges, i, self.prompts))
-        d = ev.defaults[i]
+        if i not in ev.defaults:
+            self._reference(ev, i, default, _mean_nll(p.logprob for p in default.token_probs or ()))
         for k in sorted(ready):
             name, m = owners[k]
             ev.running.pop((name, m, i), None)
-            if (i, name) not in self._default_scores:  # each judge scores DEFAULT once
-                text = prompt_name(self.prompts[i])
-                self._default_scores[i, name] = self.judges[name].score(d.text, text)
             r = first + 2 * k
-            done_ids = ids[r]
-            stop_k = "eos" if done_ids and done_ids[-1] in self.engine.stop_ids else stop
-            completion = self.engine._completion(done_ids, stop_k)
-            score = self.judges[name].score(completion.text, prompt_name(self.prompts[i]))
-            nll = _mean_nll(probs[r + 1])
-            ev.rows.append(
-                EvalRow(
-                    name,
-                    i,
-                    m,
-                    completion.text,
-                    completion.token_ids,
-                    stop_k,
-                    score,
-                    score > self._default_scores[i, name],
-                    nll,
-                    nll - d.nll,
-                    _shared(done_ids, d.token_ids),
-                )  # fmt: skip
-            )
+            stop_k = "eos" if ids[r] and ids[r][-1] in self.engine.stop_ids else stop
+            completion = self.engine._completion(ids[r], stop_k)
+            nll = _mean_nll(p.logprob for p in probs[r + 1])  # its shadow row's scores
+            ev.rows.append(self._row(ev, i, name, m, completion, nll))
 
 
-def _prompt_default(default, judges: Mapping[str, Judge], i: int, prompts) -> PromptDefault:
-    """DEFAULT as the reference, scored by the first steering's judge (each steered row is
-    compared with its own judge's score of DEFAULT: see ``_finish``)."""
-    judge = next(iter(judges.values()))
-    score = judge.score(default.text, prompt_name(prompts[i]))
-    nll = _mean_nll(default.token_probs or ())
-    return PromptDefault(default.text, default.token_ids, nll, score)
-
-
-def _nll(logprobs) -> float:
-    return -float(logprobs.mean()) if len(logprobs) else 0.0
-
-
-def _mean_nll(probs: Sequence) -> float:
-    return -sum(p.logprob for p in probs) / len(probs) if probs else 0.0
+def _mean_nll(logprobs) -> float:
+    """Mean negative log-likelihood per token (0 for no tokens)."""
+    values = list(logprobs)
+    return -sum(values) / len(values) if values else 0.0
 
 
 def _shared(a: Sequence[int], b: Sequence[int]) -> int:
@@ -370,9 +339,7 @@ def _check_prompts(prompts) -> list:
 
 
 def _check_sampling(sampling: Mapping) -> dict:
-    unknown = sorted(set(sampling) - set(Sampling.__dataclass_fields__), key=str)
-    if unknown:
-        raise RequestError(str(unknown[0]), "is not a sampling setting")
+    check_sampling_keys(sampling)
     merged = {**SAMPLING, **sampling}
     Sampling(**merged).validate()
     return merged

@@ -26,7 +26,7 @@ import torch
 from torch import Tensor
 
 from . import checks
-from .errors import RequestError
+from .errors import ArgumentError, RequestError
 from .runtime import Runtime
 
 RowOp = Callable[[Tensor, int], Tensor]  # (x [1, T, d] of one row, start position) -> new x
@@ -99,6 +99,13 @@ class Sampling:
 
 
 DEFAULT_SAMPLING = Sampling()
+
+
+def check_sampling_keys(sampling: Mapping) -> None:
+    """Every keyword a ``Sampling`` field: a misspelt one is a named error, not a TypeError."""
+    unknown = sorted(set(sampling) - set(Sampling.__dataclass_fields__), key=str)
+    if unknown:
+        raise ArgumentError(str(unknown[0]), "is not a sampling setting")
 
 
 @dataclass

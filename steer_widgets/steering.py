@@ -26,7 +26,7 @@ from torch import Tensor
 from . import checks
 from .arguments import public_methods
 from .errors import ArgumentError, RequestError, SourceError
-from .generation import DEFAULT_SAMPLING, Row, Sampling
+from .generation import DEFAULT_SAMPLING, Row, Sampling, check_sampling_keys
 from .tokens import check_prompt
 
 if TYPE_CHECKING:
@@ -134,9 +134,7 @@ class SteerRequest:
 
 def unsteered(prompt, sampling: Mapping) -> SteerRequest:
     """The request ``generate``/``samples`` make of a prompt and sampling keywords."""
-    unknown = sorted(set(sampling) - set(Sampling.__dataclass_fields__))
-    if unknown:
-        raise ArgumentError(unknown[0], "is not a sampling setting")
+    check_sampling_keys(sampling)
     return SteerRequest(prompt=prompt, types=("DEFAULT",), **sampling)
 
 
