@@ -2,8 +2,9 @@
 
 64 new tokens after a chat prompt, batch 1, greedy, EOS ignored so every run decodes 64;
 ``ours`` reads the float32 copy of the default GGUF, ``ours_quant`` its Q4_1/Q8_0 blocks (the
-same logits, bit for bit). llama.cpp on the same GGUF where ``llama_cpp`` is importable (never
-a dependency). SW_BENCH_NEW_TOKENS shortens the run for a smoke test.
+same logits, bit for bit). llama.cpp on the same GGUF where ``SW_LLAMA_CPP_PYTHON`` names an
+interpreter with llama-cpp-python (a throwaway venv: never a dependency; see
+``llama_cpp_rate.py``). SW_BENCH_NEW_TOKENS shortens the run for a smoke test.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import torch
 from common import CHAT, best_of, read_bandwidth
@@ -60,23 +62,22 @@ def _load_profile(quantized: bool) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def _llama_cpp(ids: list[int], threads: int) -> float | None:
-    """llama.cpp's tokens/s on the default GGUF, same prompt ids, greedy, batch 1."""
-    try:
-        from llama_cpp import Llama
-    except ImportError:
-        return None
+def _llama_cpp(ids: list[int], threads: int) -> dict | None:
+    """llama.cpp's tokens/s and greedy tokens on the default GGUF, same prompt ids, batch 1,
+    run by ``SW_LLAMA_CPP_PYTHON`` (an interpreter with llama-cpp-python, say a throwaway
+    venv's), else by this one where ``llama_cpp`` imports; None where neither has it."""
     from steer_widgets.model import gguf_path
 
-    llm = Llama(str(gguf_path()), n_ctx=1024, n_threads=threads, n_batch=512, verbose=False)
-
-    def gen() -> None:
-        llm.reset()
-        for i, _ in enumerate(llm.generate(ids, temp=0.0, top_k=1, reset=True)):
-            if i + 1 >= N_NEW:
-                break
-
-    return N_NEW / best_of(gen)
+    python = os.environ.get("SW_LLAMA_CPP_PYTHON", sys.executable)
+    has = subprocess.run([python, "-c", "import llama_cpp"], capture_output=True)
+    if has.returncode:
+        return None
+    settings = {"ids": ids, "threads": threads, "new_tokens": N_NEW, "repeats": 3}
+    script = str(Path(__file__).with_name("llama_cpp_rate.py"))
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+    command = [python, script, str(gguf_path()), json.dumps(settings)]
+    out = subprocess.run(command, capture_output=True, text=True, check=True, env=env)
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def run() -> dict:
@@ -113,10 +114,11 @@ def run() -> dict:
     llama_figures = {}
     if llama is not None:
         llama_figures = {
-            "llama_cpp_tokens_per_s": llama,
-            "llama_cpp_tokens_per_s_1_thread": llama_1t,
-            "ours_vs_llama_cpp": quant / llama,
-            "ours_vs_llama_cpp_1_thread": (N_NEW / quant_1t_s) / llama_1t,
+            "llama_cpp_tokens_per_s": llama["tokens_per_s"],
+            "llama_cpp_tokens_per_s_1_thread": llama_1t["tokens_per_s"],
+            "ours_vs_llama_cpp": quant / llama["tokens_per_s"],
+            "ours_vs_llama_cpp_1_thread": (N_NEW / quant_1t_s) / llama_1t["tokens_per_s"],
+            "llama_cpp_greedy_equal_hf": llama["tokens"] == hf_ids,
         }
     return {
         "ours_tokens_per_s": ours,

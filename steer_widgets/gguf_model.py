@@ -5,7 +5,9 @@ default model) after about 50 s of metadata parsing and name mapping. Here the t
 straight from ``gguf.GGUFReader`` (a memory map), under the transformers names our runtime
 reads, with the row reordering transformers applies to Llama's q and k; only the config,
 tokenizer and chat template go through transformers, once, into a small folder in the user
-cache (``metadata_dir``) that later loads read in a second.
+cache (``metadata_dir``), with our runtime's own config (``FAST_CONFIG``), so that later
+loads read them in a second without importing transformers' configs (60 MB and a second
+or two).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ _BLOCK = {
     "ffn_down": "mlp.down_proj",
 }
 INDEX = "gguf_tensors.json"  # tensor_index(), in metadata_dir
+FAST_CONFIG = "fast_config.json"  # TransformerConfig.to_dict(), in metadata_dir
 ARCHITECTURES = ("llama", "mistral", "qwen2", "qwen3")  # GGUF general.architecture we map
 
 
@@ -61,6 +64,10 @@ def _unpermute(rows: np.ndarray, n_head: int) -> np.ndarray:
     return rows.reshape(n_head, dim, 2, *rows.shape[1:]).swapaxes(2, 1).reshape(rows.shape)
 
 
+def _unpermuted(read, n_head: int):
+    return lambda: _unpermute(read(), n_head)
+
+
 def tensor_index(path: Path) -> dict:
     """The GGUF's architecture and, per tensor, its type, dims and byte range: what
     ``GGUFReader`` finds after parsing every metadata field (seconds: the tokenizer's
@@ -76,28 +83,32 @@ def tensor_index(path: Path) -> dict:
 
 
 def _tensors(path: Path, index: dict):
-    """(name, ggml type, dims with the contiguous one first, array view of the file)."""
+    """(name, ggml type, dims with the contiguous one first, a function reading the tensor
+    from the file: float ones shaped, quantized ones as rows of blocks). Read, not mapped:
+    mapped pages of the file would count in the process's memory beside the packed copy."""
     from gguf import GGMLQuantizationType
 
-    data = np.memmap(path, dtype=np.uint8, mode="r")
     for name, ttype, dims, offset, n_bytes in index["tensors"]:
         qtype = GGMLQuantizationType(ttype)
-        raw = data[offset : offset + n_bytes]
-        if qtype == GGMLQuantizationType.F32:
-            arr = raw.view(np.float32).reshape(dims[::-1])
-        elif qtype == GGMLQuantizationType.F16:
-            arr = raw.view(np.float16).reshape(dims[::-1])
-        else:
-            arr = raw.reshape(int(np.prod(dims[1:])), -1)
-        yield name, qtype, dims, arr
+
+        def read(qtype=qtype, dims=dims, offset=offset, n_bytes=n_bytes) -> np.ndarray:
+            raw = np.fromfile(path, dtype=np.uint8, count=n_bytes, offset=offset)
+            if qtype == GGMLQuantizationType.F32:
+                return raw.view(np.float32).reshape(dims[::-1])
+            if qtype == GGMLQuantizationType.F16:
+                return raw.view(np.float16).reshape(dims[::-1])
+            return raw.reshape(int(np.prod(dims[1:])), -1)
+
+        yield name, qtype, dims, read
 
 
 def read_tensors(
-    path: Path, config, index: dict, blocks: bool = True
+    path: Path, heads: tuple[int, int], index: dict, blocks: bool = True
 ) -> dict[str, torch.Tensor | QuantWeight]:
     """Every tensor of the GGUF under its transformers name: float tensors as float32
-    (F16 converted exactly), quantized ones as ``QuantWeight`` blocks, or with ``blocks``
-    False dequantized by gguf (any type it knows, as transformers' loader does)."""
+    (F16 converted exactly), quantized ones as ``QuantWeight`` blocks (read when packed), or
+    with ``blocks`` False dequantized by gguf (any type it knows, as transformers' loader
+    does). ``heads``: (query heads, key-value heads), for undoing llama.cpp's q/k row order."""
     from gguf import GGMLQuantizationType
     from gguf.quants import dequantize
 
@@ -109,20 +120,19 @@ def read_tensors(
             f"GGUF architecture {arch!r}: the quantized path reads {', '.join(ARCHITECTURES)}"
         )
     state: dict[str, torch.Tensor | QuantWeight] = {}
-    for gguf_name, qtype, dims, rows in _tensors(path, index):
+    for gguf_name, qtype, dims, read in _tensors(path, index):
         name = hf_name(gguf_name)
         if name is None:
             continue
         if arch == "llama" and (".attn_q." in gguf_name or ".attn_k." in gguf_name):
-            q = ".attn_q." in gguf_name
-            rows = _unpermute(rows, config.num_attention_heads if q else config.num_key_value_heads)
+            read = _unpermuted(read, heads[0] if ".attn_q." in gguf_name else heads[1])
         if qtype in (GGMLQuantizationType.F32, GGMLQuantizationType.F16):
-            state[name] = torch.from_numpy(rows.astype(np.float32))
+            state[name] = torch.from_numpy(read().astype(np.float32))
         elif not blocks:
-            state[name] = torch.from_numpy(np.ascontiguousarray(dequantize(rows, qtype)))
+            state[name] = torch.from_numpy(np.ascontiguousarray(dequantize(read(), qtype)))
         else:  # a named error for types the kernel does not read, listing those it does
-            k = dims[0]  # GGUF dims list the contiguous one first
-            state[name] = QuantWeight(np.ascontiguousarray(rows), type_name(qtype.name), k)
+            k, n = dims[0], int(np.prod(dims[1:]))  # GGUF dims list the contiguous one first
+            state[name] = QuantWeight(read, type_name(qtype.name), k, n)
     return state
 
 
@@ -162,6 +172,7 @@ def _convert_metadata(path: Path, folder: Path) -> None:
     GenerationConfig.from_model_config(clean).save_pretrained(tmp)
     tok.save_pretrained(tmp)
     (tmp / INDEX).write_text(json.dumps(tensor_index(path)))
+    _write_fast_config(tmp, path)
     folder.parent.mkdir(parents=True, exist_ok=True)
     try:
         tmp.rename(folder)
@@ -169,6 +180,30 @@ def _convert_metadata(path: Path, folder: Path) -> None:
         import shutil
 
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _fast_config(folder: Path, path: Path):
+    """The runtime's config from ``FAST_CONFIG`` (written at conversion; a folder converted
+    before it existed gets it now, once)."""
+    from .transformer import TransformerConfig
+
+    if not (folder / FAST_CONFIG).exists():
+        _write_fast_config(folder, path)
+    return TransformerConfig.from_dict(json.loads((folder / FAST_CONFIG).read_text()))
+
+
+def _write_fast_config(folder: Path, path: Path) -> None:
+    from transformers import AutoConfig
+
+    from .transformer import ARCHITECTURES as FAST
+    from .transformer import UnsupportedModel, fast_config
+
+    cfg = fast_config(AutoConfig.from_pretrained(folder))
+    if cfg is None:
+        raise UnsupportedModel(f"GGUF {path.name}: not one of {', '.join(FAST)}")
+    tmp = folder / f"{FAST_CONFIG}.tmp{id(cfg)}"
+    tmp.write_text(json.dumps(cfg.to_dict()))
+    tmp.replace(folder / FAST_CONFIG)
 
 
 def load_gguf(
@@ -183,19 +218,13 @@ def load_gguf(
     GGUF blocks read by the native kernel (float32 on a CPU with a built kernel; elsewhere,
     or with ``quantized=False``, they are dequantized as transformers does it, the same
     values in float32)."""
-    from transformers import AutoConfig
-
     from . import native
     from .tokens import Tokenizer, generation_stop_ids
-    from .transformer import ARCHITECTURES as FAST
-    from .transformer import Transformer, UnsupportedModel, fast_config
+    from .transformer import Transformer
 
     path = Path(path)
     folder = metadata_dir(path)
-    config = AutoConfig.from_pretrained(folder)
-    cfg = fast_config(config)
-    if cfg is None:
-        raise UnsupportedModel(f"GGUF {path.name}: not one of {', '.join(FAST)}")
+    cfg = _fast_config(folder, path)
     blocks = (
         quantized
         and str(device) == "cpu"
@@ -203,7 +232,8 @@ def load_gguf(
         and kernel == "native"
         and native.extension() is not None
     )
-    state = read_tensors(path, config, json.loads((folder / INDEX).read_text()), blocks)
+    heads = (cfg.n_heads, cfg.n_kv_heads)
+    state = read_tensors(path, heads, json.loads((folder / INDEX).read_text()), blocks)
     runtime = Transformer(cfg, state, device=device, dtype=dtype, kernel=kernel)
     tokenizer = Tokenizer.from_folder(folder, prepend_bos=cfg.layout in ("gpt2", "neox"))
     stops = generation_stop_ids(folder)

@@ -16,6 +16,7 @@ its [N/16, K, 16] lines.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -62,11 +63,32 @@ def _check_scales(scales: np.ndarray, name: str, what: str) -> None:
         raise QuantizationUnsupported(name, f"a block's {what} is inf or NaN (weights undefined)")
 
 
+CHUNK = 64  # column blocks packed at a time: a vocabulary-sized matrix needs no 3x copy
+
+
 def pack(raw: np.ndarray, qtype: int | str) -> Tensor:
     """GGUF blocks of an [N, K] matrix (uint8 rows of ``K / 32`` blocks each, as
-    ``GGUFReader`` gives them) -> the kernel's [ceil(N/16), K/32, bytes] uint8 layout."""
+    ``GGUFReader`` gives them) -> the kernel's [ceil(N/16), K/32, bytes] uint8 layout,
+    written CHUNK blocks at a time into the one output (a load's peak memory is the packed
+    model plus a few MB)."""
     name = type_name(qtype)
-    raw = np.ascontiguousarray(raw, dtype=np.uint8)
+    _, size = TYPES[name]
+    n = raw.shape[0]
+    nb, groups = -(-n // BLOCK), raw.shape[1] // size
+    out = torch.empty(nb, groups, _group_bytes(name), dtype=torch.uint8)
+    view = out.numpy()
+    for b in range(0, nb, CHUNK):
+        rows = raw[b * BLOCK : (b + CHUNK) * BLOCK]
+        view[b : b + CHUNK] = _pack_blocks(np.ascontiguousarray(rows, dtype=np.uint8), name)
+    return out
+
+
+def _group_bytes(name: str) -> int:
+    """Bytes per 16 columns x 32 k: the 16 scales, the 16 mins (Q4_1), the codes."""
+    return 32 * (2 if name == "Q4_1" else 1) + (16 * QK if name == "Q8_0" else 8 * QK)
+
+
+def _pack_blocks(raw: np.ndarray, name: str) -> np.ndarray:
     d, m, codes = _split(raw, name)
     _check_scales(d, name, "scale")
     if m is not None:
@@ -92,32 +114,47 @@ def pack(raw: np.ndarray, qtype: int | str) -> Tensor:
     if name != "Q8_0":  # byte i: column i at an even k (low nibble) and at the next k (high)
         lines = lines[..., 0::2, :] | (lines[..., 1::2, :] << 4)
     parts.append(np.ascontiguousarray(lines).reshape(nb, groups, -1))
-    return torch.from_numpy(np.ascontiguousarray(np.concatenate(parts, axis=-1)))
+    return np.concatenate(parts, axis=-1)
 
 
 @dataclass
 class QuantWeight:
-    """An [out, in] matrix as GGUF blocks: ``raw`` [out, in / 32 * bytes] uint8 rows."""
+    """An [out, in] matrix as GGUF blocks, read when it is packed: ``read()`` returns its
+    [out, in / 32 * bytes] uint8 rows (from the file, each time), so a load holds one
+    matrix's raw blocks at a time rather than a second copy of the model."""
 
-    raw: np.ndarray
+    read: Callable[[], np.ndarray]
     qtype: str
     in_features: int
+    out_features: int
+
+    @classmethod
+    def of(cls, raw: np.ndarray, qtype: str, in_features: int) -> QuantWeight:
+        """Blocks already in memory."""
+        return cls(lambda: raw, qtype, in_features, raw.shape[0])
 
     @property
     def shape(self) -> tuple[int, int]:
-        return self.raw.shape[0], self.in_features
+        return self.out_features, self.in_features
 
     def dequantize(self) -> Tensor:
         """gguf's float32 values (what transformers' loader holds)."""
-        return torch.from_numpy(dequantize(self.raw, self.qtype))
+        return torch.from_numpy(dequantize(self.read(), self.qtype))
 
     @staticmethod
     def cat(parts: list[QuantWeight]) -> QuantWeight | None:
         """The parts fused along the output (q, k, v), or None where their types differ."""
         if len({(p.qtype, p.in_features) for p in parts}) != 1:
             return None
-        raw = parts[0].raw if len(parts) == 1 else np.concatenate([p.raw for p in parts])
-        return QuantWeight(raw, parts[0].qtype, parts[0].in_features)
+        if len(parts) == 1:
+            return parts[0]
+        rows = sum(p.out_features for p in parts)
+        return QuantWeight(
+            lambda: np.concatenate([p.read() for p in parts]),
+            parts[0].qtype,
+            parts[0].in_features,
+            rows,
+        )
 
 
 class QuantLinear:

@@ -43,6 +43,19 @@ class Tokenizer:
 
     @classmethod
     def from_folder(cls, folder: Path, prepend_bos: bool = False) -> Tokenizer:
+        """The folder's tokenizer as ``AutoTokenizer`` builds it. A plain ``tokenizer.json``
+        tokenizer (every GGUF's, converted) is built by its class directly: ``AutoTokenizer``
+        imports transformers' model registry for it, 140 MB and seconds more."""
+        import json
+
+        try:
+            config = json.loads((Path(folder) / "tokenizer_config.json").read_text())
+        except (OSError, ValueError):
+            config = {}
+        if config.get("tokenizer_class") in ("TokenizersBackend", "PreTrainedTokenizerFast"):
+            from transformers import PreTrainedTokenizerFast
+
+            return cls(PreTrainedTokenizerFast.from_pretrained(folder), prepend_bos)
         from transformers import AutoTokenizer
 
         return cls(AutoTokenizer.from_pretrained(folder), prepend_bos)

@@ -25,6 +25,7 @@ taken after Gemma's post-norms, where TransformerLens takes them.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -134,6 +135,19 @@ class TransformerConfig:
         if cfg.act not in ACTIVATIONS:
             raise UnsupportedModel(f"activation {cfg.act!r} is not one of {sorted(ACTIVATIONS)}")
         return cfg
+
+    def to_dict(self) -> dict:
+        """Plain JSON values (floats round-trip exactly), so a converted model's config loads
+        without transformers (whose config import alone costs 60 MB and a second or more)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping) -> TransformerConfig:
+        data = dict(data)
+        data["windows"] = tuple(data.get("windows", ()))
+        ropes = data.get("ropes", ())
+        data["ropes"] = tuple(Rope(tuple(r["inv_freq"]), r.get("scaling", 1.0)) for r in ropes)
+        return cls(**data)
 
 
 def _llama_config(hf) -> TransformerConfig:
@@ -490,7 +504,7 @@ class Transformer:
             fused = QuantWeight.cat(parts)
             if fused is not None:
                 b = None if bias is None else bias.to(dtype=torch.float32)
-                return QuantLinear(fused.raw, fused.qtype, fused.in_features, bias=b)
+                return QuantLinear(fused.read(), fused.qtype, fused.in_features, bias=b)
             parts = [p.dequantize() if isinstance(p, QuantWeight) else p for p in parts]
         weight = torch.cat(parts)
         return Linear(

@@ -357,6 +357,39 @@ def test_a_gguf_of_another_architecture_matches_transformers_loader(tokenizer, g
     assert list(got) == want.tolist()
 
 
+def test_a_converted_gguf_loads_its_config_without_transformers(tokenizer, gguf_cache):
+    """The runtime's config is written at conversion (and into folders converted before it
+    existed): it equals what transformers' config gives, and loading the default model in a
+    fresh process imports no transformers config or model module (its tokenizer is a plain
+    tokenizer.json one)."""
+    import json
+    import subprocess
+    import sys
+
+    from transformers import AutoConfig
+
+    from steer_widgets import gguf_model
+    from steer_widgets.transformer import TransformerConfig, fast_config
+
+    path = gguf_cache / "tiny-qwen2.gguf"
+    write_tiny_qwen2(path, tokenizer)
+    folder = gguf_model.metadata_dir(path)
+    written = json.loads((folder / gguf_model.FAST_CONFIG).read_text())
+    want = fast_config(AutoConfig.from_pretrained(folder))
+    assert TransformerConfig.from_dict(written) == want and want.n_kv_heads == 2
+    (folder / gguf_model.FAST_CONFIG).unlink()  # a folder from before: rewritten on load
+    assert gguf_model._fast_config(folder, path) == want
+    code = (  # the default model (its metadata converted into the user cache once)
+        "import sys\n"
+        "import steer_widgets as sw\n"
+        "sw.load_model()\n"
+        "print([m for m in sys.modules if m.startswith(('transformers.models', "
+        "'transformers.modeling_utils', 'transformers.configuration_utils'))])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout
+
+
 def test_a_gguf_with_an_unsupported_type_is_refused_by_name(tokenizer, gguf_cache):
     path = gguf_cache / "tiny-q6k.gguf"
     write_tiny_qwen2(path, tokenizer, down="Q6_K", ff=256)

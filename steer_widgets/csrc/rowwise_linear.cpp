@@ -222,6 +222,11 @@ at::Tensor linear(const at::Tensor& x_in, const at::Tensor& packed, int64_t n_ou
 namespace {
 
 constexpr int64_t kQK = 32;  // weights per GGUF block along k
+// Groups ahead to prefetch, every cache line of each (a Q4_1 group is five lines, a Q8_0
+// one eight and a half): with one line per group, as the float32 kernel's one line per k,
+// a decode step read the blocks at half the rate (16.3 against 10.5 ms per step for the
+// default model, one thread, 2026-12-01); farther ahead measured no better.
+constexpr int64_t kQPrefetch = 1;
 enum QType : int64_t { kQ4_0 = 2, kQ4_1 = 3, kQ8_0 = 8 };  // ggml's type ids
 
 constexpr int64_t scale_bytes(int64_t t) { return t == kQ4_1 ? 64 : 32; }
@@ -368,7 +373,7 @@ void qtile(const float* x, const uint8_t* w, const float* bias, float* y, int64_
     Scales s[C];
     for (int c = 0; c < C; ++c) {
       grp[c] = w + ((b + c) * groups + g) * G;
-      __builtin_prefetch(grp[c] + 4 * G);
+      for (int64_t o = 0; o < G; o += 64) __builtin_prefetch(grp[c] + kQPrefetch * G + o);
       s[c] = scales_of(T, grp[c]);
     }
     for (int64_t kk = 0; kk < kQK; kk += P) {
