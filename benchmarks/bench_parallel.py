@@ -1,18 +1,27 @@
 """Parallel DEFAULT + STEERED (and sweeps) vs the same rows alone, in one run.
 
-64 new tokens after a chat prompt, temperature 0.5, one feature of a default SAE; EOS ignored
-by asking for a long answer (rows that stop early are reported in ``min_tokens``).
+64 new tokens after a chat prompt, temperature 0.5, one feature of a default SAE, on the
+default engine (the quantized model); EOS ignored by asking for a long answer (rows that stop
+early are reported in ``min_tokens``). The four cases run interleaved, ALTERNATIONS times,
+each alternation in a rotated order, so a noisy machine disturbs them alike: the ratios come
+from each case's best time, and ``*_spread`` gives the lowest and highest ratio of single
+alternations (how far one run's figure can stray).
 """
 
 from __future__ import annotations
 
-from common import CHAT, best_of
+import os
+import time
+
+from common import CHAT
 
 SWEEP = (-2.0, -1.0, 2.0, 4.0)
+ALTERNATIONS = int(os.environ.get("SW_BENCH_ALTERNATIONS", "7"))
 
 
 def run() -> dict:
     import steer_widgets as sw
+    from steer_widgets.quant import QuantLinear
 
     engine = sw.Engine.default()
     source = engine.saes.sources()[len(engine.saes.sources()) // 2]
@@ -25,14 +34,17 @@ def run() -> dict:
         "pair": base,
         "sweep5": base.with_(types=("DEFAULT",), sweep=SWEEP),
     }
-    results, seconds = {}, {}
-    for name, request in cases.items():
-
-        def once(request=request, name=name):
+    results, times = {}, {name: [] for name in cases}
+    names = list(cases)
+    for name in names:  # warm up: first-call costs are not generation
+        engine.steer(cases[name])
+    for a in range(ALTERNATIONS):
+        for name in names[a % len(names) :] + names[: a % len(names)]:
             engine.clear_caches()  # time real generation, not the DEFAULT cache
-            results[name] = engine.steer(request)
-
-        seconds[name] = best_of(once)
+            start = time.perf_counter()
+            results[name] = engine.steer(cases[name])
+            times[name].append(time.perf_counter() - start)
+    seconds = {name: min(t) for name, t in times.items()}
     solo = {"DEFAULT": results["default"].outputs["DEFAULT"]}
     solo["STEERED"] = results["steered"].outputs["STEERED"]
     identical = results["pair"].outputs == {k: solo[k] for k in ("DEFAULT", "STEERED")}
@@ -43,6 +55,11 @@ def run() -> dict:
     identical &= results["sweep5"].outputs["DEFAULT"] == solo["DEFAULT"]
     a, b, c, d = (seconds[k] for k in ("default", "steered", "pair", "sweep5"))
     lengths = [len(o.token_ids) for r in results.values() for o in r.outputs.values()]
+
+    def spread(case: str) -> list[float]:
+        ratios = [t / s for t, s in zip(times[case], times["default"], strict=True)]
+        return [round(min(ratios), 3), round(max(ratios), 3)]
+
     return {
         "default_s": a,
         "steered_s": b,
@@ -51,6 +68,10 @@ def run() -> dict:
         "ratio_pair_vs_single": c / a,
         "ratio_pair_vs_serial": c / (a + b),
         "ratio_sweep5_vs_single": d / a,
+        "ratio_pair_vs_single_spread": spread("pair"),
+        "ratio_sweep5_vs_single_spread": spread("sweep5"),
+        "alternations": ALTERNATIONS,
         "identical": bool(identical),
         "min_tokens": min(lengths),
+        "quantized": isinstance(engine.model.runtime.layers[0].wqkv, QuantLinear),
     }

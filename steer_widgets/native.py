@@ -9,8 +9,9 @@ instruction-set flags, so a home folder shared between machines never runs anoth
 build. When it cannot be built, ``extension()`` returns None after one warning and callers
 fall back to oneDNN.
 
-The same module holds RMSNorm and rotary embedding as one call each (``rms_norm``,
-``rotary``): outside the matrix products a decode step is a few hundred small torch ops.
+The same module holds RMSNorm, rotary embedding and one decode position's attention as one
+call each (``rms_norm``, ``rotary``, ``decode_attention``): outside the matrix products a
+decode step is a few hundred small torch ops.
 """
 
 from __future__ import annotations
@@ -116,8 +117,9 @@ def pack(w: Tensor) -> Tensor:
 
 
 def op(name: str) -> Callable[..., Tensor]:
-    """The compiled op ``name`` ("rowwise_linear", "rms_norm", "rotary"), looked up once for a
-    caller that runs it in every layer of every step; only where ``extension()`` is not None."""
+    """The compiled op ``name`` ("rowwise_linear", "rms_norm", "rotary", "decode_attention",
+    "quant_linear", "quant_rows"), looked up once for a caller that runs it in every layer of
+    every step; only where ``extension()`` is not None."""
     extension()  # loads the module on first use
     return getattr(torch.ops.steer_widgets, name).default
 
@@ -140,3 +142,10 @@ def rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     ``sin`` [T, R]: ``x * cos + roll(x, R/2) * sin``, the same bits as those three torch ops
     (and the copy of a partial rotary's other dims) in one call."""
     return op("rotary")(x, cos, sin)
+
+
+def decode_attention(q: Tensor, k: Tensor, v: Tensor, scale: float) -> Tensor:
+    """Attention of one position, float32 CPU ``q`` [B, H, 1, D] over ``k`` and ``v`` [B,
+    Hkv, L, D] (grouped heads; a KV cache slice is read in place): SDPA's result to float32
+    rounding, each (row, head) alone in a fixed order whatever the batch."""
+    return op("decode_attention")(q, k, v, scale)

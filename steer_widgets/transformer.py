@@ -486,6 +486,8 @@ class Transformer:
         )
         if self._native_ops:
             self._rms_norm, self._rotary_op = native.op("rms_norm"), native.op("rotary")
+            self._decode_attention = native.op("decode_attention")
+        self._attn_scale = cfg.attn_scale or cfg.d_head**-0.5
         self.row_groups = self.calibrate()
 
     @property
@@ -777,6 +779,9 @@ class Transformer:
         t, total = q.shape[2], k.shape[2]
         if window is not None and t == 1 and total > window:  # decode: the last window keys
             k, v = k[:, :, total - window :], v[:, :, total - window :]
+        cap = self.cfg.attn_softcap
+        if t == 1 and cap is None and self._native_ops:  # one position: native.decode_attention
+            return self._decode_attention(q, k, v, self._attn_scale)
         mask, causal = None, False
         if t > 1 and start == 0 and (window is None or total <= window):
             causal = True
@@ -786,7 +791,6 @@ class Transformer:
             mask = kv_pos <= q_pos
             if window is not None:
                 mask &= kv_pos > q_pos - window
-        cap = self.cfg.attn_softcap
         if cap is None:
             return F.scaled_dot_product_attention(
                 q,

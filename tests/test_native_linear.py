@@ -91,6 +91,40 @@ def test_native_rotary_is_bit_for_bit_the_torch_ops(d, r):
     assert torch.equal(got, _rotate(qk, cos[:, None], sin[:, None]))
 
 
+@pytest.mark.parametrize(("h", "h_kv", "length", "d"), [(9, 3, 1, 64), (9, 3, 157, 64),
+                                                        (4, 4, 33, 128), (8, 1, 600, 16)])  # fmt: skip
+def test_native_decode_attention_is_sdpa_and_each_row_and_thread_count_exact(h, h_kv, length, d):
+    """One decode position over a KV-cache slice (read in place, as the runtime passes it):
+    SDPA's result to float32 rounding, each row bit for bit alone, at any thread count."""
+    import torch.nn.functional as F
+
+    gen = torch.Generator().manual_seed(length)
+    q = torch.randn(5, h, 1, d, generator=gen)
+    k = torch.randn(5, h_kv, length + 40, d, generator=gen)[:, :, :length]
+    v = torch.randn(5, h_kv, length + 40, d, generator=gen)[:, :, :length]
+    got = native.decode_attention(q, k, v, d**-0.5)
+    want = F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+    torch.testing.assert_close(got, want, atol=2e-6, rtol=1e-5)
+    for b in range(5):
+        assert torch.equal(
+            native.decode_attention(q[b : b + 1], k[b : b + 1], v[b : b + 1], d**-0.5)[0], got[b]
+        )
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        assert torch.equal(native.decode_attention(q, k, v, d**-0.5), got)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_native_decode_attention_refuses_shapes_it_does_not_read():
+    q, kv = torch.randn(1, 4, 1, 24), torch.randn(1, 2, 5, 24)
+    with pytest.raises(RuntimeError, match="multiple of 16"):
+        native.decode_attention(q, kv, kv, 0.2)
+    with pytest.raises(RuntimeError, match="do not fit"):
+        native.decode_attention(torch.randn(1, 3, 1, 32), *(torch.randn(1, 2, 5, 32),) * 2, 0.2)
+
+
 def test_thread_count_does_not_change_results():
     lin = Linear(_weights(1000, 200)[0], kernel="native")
     x = torch.randn(6, 1, 200, generator=torch.Generator().manual_seed(4))
@@ -152,6 +186,12 @@ for n, k in [(1, 1), (17, 33), (130, 576), (49, 1100)]:
     assert all(torch.equal(op(x[i : i + 1].contiguous(), native.pack(w), n)[0], y[i]) for i in range(9))
     b = torch.randn(n)
     assert torch.equal(op(x, native.pack(w), n, b), y + b)
+attend = torch.ops.steer_widgets.decode_attention
+q, k, v = torch.randn(3, 6, 1, 64), torch.randn(3, 2, 90, 64), torch.randn(3, 2, 90, 64)
+z = attend(q, k, v, 0.125)
+ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+torch.testing.assert_close(z, ref, atol=2e-6, rtol=1e-5)
+assert all(torch.equal(attend(q[i : i + 1], k[i : i + 1], v[i : i + 1], 0.125)[0], z[i]) for i in range(3))
 print("ok")
 """
 
