@@ -139,6 +139,55 @@ def test_thread_count_does_not_change_results():
     assert torch.equal(one, two)
 
 
+def test_results_are_the_same_on_any_calling_thread_at_once_and_in_a_forked_child():
+    """The kernels' own thread pool serves every calling thread (one at a time; a second caller
+    meanwhile runs alone), and a child forked after the pool started gets a fresh one."""
+    lin = Linear(_weights(700, 300)[0], kernel="native")
+    x = torch.randn(3, 1, 300, generator=torch.Generator().manual_seed(8))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)  # the pool works only with more than one thread (tests run one)
+    try:
+        _on_threads_and_in_a_child(lin, x)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _on_threads_and_in_a_child(lin: Linear, x: torch.Tensor) -> None:
+    import threading
+
+    want, got, errors = lin(x), [], []
+
+    def call() -> None:
+        try:
+            got.extend(lin(x) for _ in range(50))
+        except Exception as exc:  # a failure in a thread must fail the test
+            errors.append(exc)
+
+    threads = [threading.Thread(target=call) for _ in range(3)]
+    for t in threads:
+        t.start()
+    call()
+    for t in threads:
+        t.join()
+    assert not errors and len(got) == 200 and all(torch.equal(y, want) for y in got)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: one product, then report whether it matched
+        ok = torch.equal(lin(x), want)
+        os.write(write, b"1" if ok else b"0")
+        os._exit(0)
+    os.close(write)
+    import time
+
+    deadline = time.monotonic() + 60  # a child stuck on its parent's threads fails, not hangs
+    while (done := os.waitpid(pid, os.WNOHANG))[0] == 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if done[0] == 0:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+    assert done[0] == pid and done[1] == 0 and os.read(read, 1) == b"1"
+
+
 def test_other_dtypes_take_another_kernel():
     w = _weights(20, 30)[0].double()
     lin = Linear(w, kernel="native")

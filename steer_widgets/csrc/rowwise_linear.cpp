@@ -5,8 +5,8 @@
 // chain of fused multiply-adds over k = 0..K-1, in order, from zero: the same instructions
 // whatever the number of rows, the rows it is grouped with, or the thread it runs on. Rows
 // are grouped (up to kRows) only so that they share each weight load: one pass over the
-// weights serves every decode row. Threads split the output columns (at::parallel_for, so
-// torch.set_num_threads governs it), and one thread computes each output element whole.
+// weights serves every decode row. Threads split the output columns (the pool below, sized
+// by torch.set_num_threads), and one thread computes each output element whole.
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
@@ -15,6 +15,12 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <thread>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -22,11 +28,128 @@
 #include <optional>
 #include <utility>
 
+#include <pthread.h>
+
 #if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
 #include <immintrin.h>
 #endif
 
 namespace {
+
+// ---------------------------------------------------------------- one thread pool for all callers
+//
+// The kernels split their work over this pool rather than at::parallel_for. OpenMP gives each
+// calling thread its own team: the explorer decodes on worker threads while the kernel's main
+// thread has a team too, and once a process holds more OpenMP threads than cores libgomp
+// stops spinning and every parallel region pays a futex wake-up. A decode step makes ~120
+// kernel calls, so decoding on a worker thread ran at 47 tokens/s against 111 on the main
+// thread (the default model, 2 threads, 2026-12-01). This pool has at::get_num_threads() - 1
+// threads whoever calls; they spin a little between calls (a step's calls come tens of us
+// apart), then sleep. One caller uses it at a time; a second one meanwhile runs its work
+// alone on its own thread, so results never depend on it (each output is computed whole by
+// one thread in a fixed order, whatever the split).
+class Pool {
+ public:
+  using Fn = std::function<void(int64_t, int64_t)>;
+
+  // never destroyed (its threads live as long as the process); a forked child, which has
+  // none of its parent's threads, starts a fresh one
+  static Pool& get() {
+    static const bool once = [] {
+      pthread_atfork(nullptr, nullptr, [] { instance() = new Pool(); });
+      return true;
+    }();
+    (void)once;
+    return *instance();
+  }
+
+  // fn over [0, n) in chunks of at least grain, on up to at::get_num_threads() threads
+  void run(int64_t n, int64_t grain, const Fn& fn) {
+    const int64_t want = std::min<int64_t>(at::get_num_threads(), (n + grain - 1) / grain);
+    std::unique_lock<std::mutex> busy(busy_, std::try_to_lock);
+    if (want <= 1 || !busy.owns_lock()) {
+      if (n > 0) fn(0, n);
+      return;
+    }
+    grow(want - 1);
+    const int64_t chunk = (n + want - 1) / want;
+    fn_ = &fn;
+    n_ = n;
+    chunk_ = chunk;
+    tasks_ = (n + chunk - 1) / chunk;
+    pending_.store(tasks_ - 1, std::memory_order_relaxed);
+    {
+      std::lock_guard<std::mutex> lock(wake_);
+      generation_.fetch_add(1, std::memory_order_release);
+    }
+    cv_.notify_all();
+    fn(0, std::min(chunk, n));
+    while (pending_.load(std::memory_order_acquire) > 0) _mm_pause_or_yield();
+  }
+
+ private:
+  static Pool*& instance() {
+    static Pool* pool = new Pool();
+    return pool;
+  }
+
+  static void _mm_pause_or_yield() {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#else
+    std::this_thread::yield();
+#endif
+  }
+
+  void grow(int64_t workers) {
+    while (static_cast<int64_t>(threads_.size()) < workers) {
+      const int64_t id = static_cast<int64_t>(threads_.size()) + 1;  // task index it takes
+      const uint64_t seen = generation_.load(std::memory_order_acquire);  // before the bump
+      threads_.emplace_back([this, id, seen] { work(id, seen); });
+      threads_.back().detach();
+    }
+  }
+
+  void work(int64_t id, uint64_t seen) {
+    for (;;) {
+      uint64_t now = seen;
+      const auto until = std::chrono::steady_clock::now() + kSpin;
+      for (int spin = 1; now == seen; ++spin) {
+        _mm_pause_or_yield();
+        now = generation_.load(std::memory_order_acquire);
+        if (spin % 64 == 0 && std::chrono::steady_clock::now() > until) break;
+      }
+      if (now == seen) {
+        std::unique_lock<std::mutex> lock(wake_);
+        cv_.wait(lock, [&] { return generation_.load(std::memory_order_acquire) != seen; });
+        now = generation_.load(std::memory_order_acquire);
+      }
+      seen = now;
+      if (id < tasks_) {
+        const int64_t b0 = id * chunk_;
+        (*fn_)(b0, std::min(n_, b0 + chunk_));
+        pending_.fetch_sub(1, std::memory_order_acq_rel);
+      }
+    }
+  }
+
+  static constexpr auto kSpin = std::chrono::microseconds(200);  // then sleep
+  std::mutex busy_, wake_;
+  std::condition_variable cv_;
+  std::vector<std::thread> threads_;
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int64_t> pending_{0};
+  const Fn* fn_ = nullptr;
+  int64_t n_ = 0, chunk_ = 1, tasks_ = 0;
+};
+
+// at::parallel_for's contract, on the pool
+template <typename F>
+void parallel_for(int64_t begin, int64_t end, int64_t grain, const F& f) {
+  if (end <= begin) return;
+  Pool::get().run(end - begin, std::max<int64_t>(grain, 1),
+                  [&](int64_t b0, int64_t b1) { f(begin + b0, begin + b1); });
+}
 
 constexpr int64_t kBlock = 16;  // output columns per packed block
 constexpr int64_t kPrefetch = 32;  // lines ahead (2 KB per block): several rows keep the stream
@@ -211,7 +334,7 @@ at::Tensor linear(const at::Tensor& x_in, const at::Tensor& packed, int64_t n_ou
   const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, M * K * kBlock));
   const bool wide = M >= 1 && M <= kWideRows;
   const int64_t width = wide ? kWide : kTile;
-  at::parallel_for(0, blocks, grain, [&](int64_t b0, int64_t b1) {
+  parallel_for(0, blocks, grain, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; b += width) {
       const int cols = static_cast<int>(std::min<int64_t>(width, b1 - b));
       if (wide) {
@@ -453,7 +576,7 @@ void qlinear(const float* xp, const uint8_t* wp, const float* bp, float* yp, int
              int64_t n_out, int64_t blocks) {
   const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, M * K * kBlock));
   if (M <= kWideRows) {
-    at::parallel_for(0, blocks, grain, [&](int64_t b0, int64_t b1) {
+    parallel_for(0, blocks, grain, [&](int64_t b0, int64_t b1) {
       for (int64_t b = b0; b < b1; b += kWide) {
         const int cols = static_cast<int>(std::min<int64_t>(kWide, b1 - b));
         kQWideTiles<T>[M - 1][cols - 1](xp, wp, bp, yp, K, n_out, b);
@@ -462,7 +585,7 @@ void qlinear(const float* xp, const uint8_t* wp, const float* bp, float* yp, int
     return;
   }
   if (M <= kPanelRows) {
-    at::parallel_for(0, blocks, grain, [&](int64_t b0, int64_t b1) {
+    parallel_for(0, blocks, grain, [&](int64_t b0, int64_t b1) {
       for (int64_t b = b0; b < b1; b += kTile) {
         const int cols = static_cast<int>(std::min<int64_t>(kTile, b1 - b));
         for (int64_t m = 0; m < M; m += kRows) {
@@ -473,7 +596,7 @@ void qlinear(const float* xp, const uint8_t* wp, const float* bp, float* yp, int
     });
     return;
   }
-  at::parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) {
+  parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) {
     std::vector<float> panel(static_cast<size_t>(kTile * K * kBlock));
     for (int64_t b = b0; b < b1; b += kTile) {
       const int cols = static_cast<int>(std::min<int64_t>(kTile, b1 - b));
@@ -680,7 +803,7 @@ at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k, const at::
   const AttendFn attend = kAttends[D / kBlock - 1];
   // below ~64k multiply-adds per thread, starting threads costs more than it saves
   const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, 2 * L * D));
-  at::parallel_for(0, B * H, grain, [&](int64_t i0, int64_t i1) {
+  parallel_for(0, B * H, grain, [&](int64_t i0, int64_t i1) {
     std::vector<float> w(static_cast<size_t>(L));
     for (int64_t i = i0; i < i1; ++i) {
       const int64_t b = i / H, h = i % H, g = h / group;
