@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from . import checks
+from . import checks, native
 from .errors import ArgumentError, RequestError
 from .runtime import Runtime
 
@@ -158,23 +158,32 @@ def decode(
     for _ in range(n_new):
         if cancel is not None and cancel.is_set():
             return
-        tokens: list[int | None] = []
-        drawn = _noise(
-            samplers, [not d and row.follow is None for d, row in zip(done, rows, strict=True)]
-        )
-        for r, s in enumerate(samplers):
-            follow, noise = rows[r].follow, drawn.get(r)
-            noise = None if noise is None else noise.result()
-            tokens.append(
-                None if done[r] else s.next(logits[r], noise) if follow is None else tokens[follow]
-            )
-        probs = [None if t is None else token_prob(logits[r], t) for r, t in enumerate(tokens)]
+        with native.one_openmp_thread():
+            tokens, probs = _sample_step(samplers, rows, done, logits)
         done = [d or t in stop_ids for d, t in zip(done, tokens, strict=True)]
         yield Step(tokens, list(done), probs)
         if all(done) or cache.length >= cache.capacity:
             return
         feed = torch.tensor([[t if t is not None else 0] for t in tokens], device=model.device)
         logits = model.forward(feed, cache, hooks=hooks)[:, -1].float().cpu()
+
+
+def _sample_step(
+    samplers: Sequence[RowSampler], rows: Sequence[Row], done: Sequence[bool], logits: Tensor
+) -> tuple[list[int | None], list[TokenProb | None]]:
+    """Each row's token (None for finished rows; a follower copies its row's) and its
+    ``TokenProb``."""
+    tokens: list[int | None] = []
+    wanted = [not d and row.follow is None for d, row in zip(done, rows, strict=True)]
+    drawn = _noise(samplers, wanted)
+    for r, s in enumerate(samplers):
+        follow, noise = rows[r].follow, drawn.get(r)
+        noise = None if noise is None else noise.result()
+        tokens.append(
+            None if done[r] else s.next(logits[r], noise) if follow is None else tokens[follow]
+        )
+    probs = [None if t is None else token_prob(logits[r], t) for r, t in enumerate(tokens)]
+    return tokens, probs
 
 
 def _prefill(model: Runtime, prompt: Tensor, rows: Sequence[Row], cache) -> list[Tensor]:

@@ -16,6 +16,7 @@ decode step is a few hundred small torch ops.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import os
@@ -23,7 +24,7 @@ import platform
 import shutil
 import sys
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
@@ -118,8 +119,8 @@ def pack(w: Tensor) -> Tensor:
 
 def op(name: str) -> Callable[..., Tensor]:
     """The compiled op ``name`` ("rowwise_linear", "rms_norm", "rotary", "decode_attention",
-    "quant_linear", "quant_rows"), looked up once for a caller that runs it in every layer of
-    every step; only where ``extension()`` is not None."""
+    "quant_linear", "quant_rows", "openmp_threads"), looked up once for a caller that runs it
+    in every layer of every step; only where ``extension()`` is not None."""
     extension()  # loads the module on first use
     return getattr(torch.ops.steer_widgets, name).default
 
@@ -142,6 +143,25 @@ def rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     ``sin`` [T, R]: ``x * cos + roll(x, R/2) * sin``, the same bits as those three torch ops
     (and the copy of a partial rotary's other dims) in one call."""
     return op("rotary")(x, cos, sin)
+
+
+@contextlib.contextmanager
+def one_openmp_thread() -> Iterator[None]:
+    """torch's own ops on the calling thread run on one OpenMP thread meanwhile. The native
+    kernels split their work over a thread pool of their own (OpenMP gives every calling
+    thread its own team, and decoding on a worker thread, as the explorer does, ran 2.3x
+    slower); a decode step's vocabulary-sized torch ops would otherwise wake an OpenMP team
+    whose threads spin for milliseconds on the cores that pool needs next (a sampled decode
+    ran 1.4x slower). A no-op where no runtime of this process loaded the kernel (it is
+    never built for this)."""
+    if not hasattr(torch.ops.steer_widgets, "openmp_threads"):
+        yield
+        return
+    before = op("openmp_threads")(1)
+    try:
+        yield
+    finally:
+        op("openmp_threads")(before)
 
 
 def decode_attention(q: Tensor, k: Tensor, v: Tensor, scale: float) -> Tensor:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -153,8 +154,6 @@ def test_results_are_the_same_on_any_calling_thread_at_once_and_in_a_forked_chil
 
 
 def _on_threads_and_in_a_child(lin: Linear, x: torch.Tensor) -> None:
-    import threading
-
     want, got, errors = lin(x), [], []
 
     def call() -> None:
@@ -186,6 +185,22 @@ def _on_threads_and_in_a_child(lin: Linear, x: torch.Tensor) -> None:
         os.kill(pid, 9)
         os.waitpid(pid, 0)
     assert done[0] == pid and done[1] == 0 and os.read(read, 1) == b"1"
+
+
+def test_one_openmp_thread_holds_only_this_threads_torch_ops_and_restores_them():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        native.extension()
+        seen = []
+        with native.one_openmp_thread():
+            seen.append(torch.get_num_threads())
+            other = threading.Thread(target=lambda: seen.append(torch.get_num_threads()))
+            other.start()
+            other.join()
+        assert seen == [1, 2] and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(threads)
 
 
 def test_other_dtypes_take_another_kernel():

@@ -29,6 +29,9 @@
 #include <utility>
 
 #include <pthread.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
 #include <immintrin.h>
@@ -814,6 +817,20 @@ at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k, const at::
   return y;
 }
 
+// Sets the calling thread's OpenMP thread count (torch's own ops read it) and returns the
+// previous one. Unlike torch.set_num_threads it touches nothing else: not the default of
+// threads started later, not MKL's or the pthreadpool's sizes, nor this file's pool.
+int64_t openmp_threads(int64_t n) {
+  TORCH_CHECK(n >= 1, "n must be at least 1");
+#ifdef _OPENMP
+  const int64_t before = omp_get_max_threads();
+  omp_set_num_threads(static_cast<int>(n));
+  return before;
+#else
+  return 1;
+#endif
+}
+
 // torch.ops.steer_widgets.* (plain ATen and the op registry: no Python headers, which keeps
 // the one-time build short)
 TORCH_LIBRARY(steer_widgets, m) {
@@ -825,4 +842,5 @@ TORCH_LIBRARY(steer_widgets, m) {
   m.def("quant_linear(Tensor x, Tensor packed, int n_out, int qtype, Tensor? bias=None) -> Tensor",
         &quant_linear);
   m.def("quant_rows(Tensor packed, Tensor ids, int K, int qtype) -> Tensor", &quant_rows);
+  m.def("openmp_threads(int n) -> int", &openmp_threads);
 }
