@@ -468,7 +468,8 @@ def differentiable(runtime) -> Callable[..., Tensor]:
 
     if isinstance(runtime, Transformer):
         shadow = copy.copy(runtime)  # shares every weight
-        shadow._native_ops = False  # torch RMSNorm and rotary: differentiable
+        shadow._native_ops = False  # torch RMSNorm, rotary and attention: differentiable
+        shadow._native_attention = False
         shadow._rope = {}  # tables made outside inference mode
         shadow._mm = _grad_mm
         raw = Transformer.forward.__wrapped__

@@ -487,6 +487,8 @@ class Transformer:
         if self._native_ops:
             self._rms_norm, self._rotary_op = native.op("rms_norm"), native.op("rotary")
             self._decode_attention = native.op("decode_attention")
+        # native.decode_attention reads heads of 16-float lines, up to 256 floats
+        self._native_attention = self._native_ops and cfg.d_head % 16 == 0 and cfg.d_head <= 256
         self._attn_scale = cfg.attn_scale or cfg.d_head**-0.5
         self.row_groups = self.calibrate()
 
@@ -780,7 +782,7 @@ class Transformer:
         if window is not None and t == 1 and total > window:  # decode: the last window keys
             k, v = k[:, :, total - window :], v[:, :, total - window :]
         cap = self.cfg.attn_softcap
-        if t == 1 and cap is None and self._native_ops:  # one position: native.decode_attention
+        if t == 1 and cap is None and self._native_attention:  # one position: native op
             return self._decode_attention(q, k, v, self._attn_scale)
         mask, causal = None, False
         if t > 1 and start == 0 and (window is None or total <= window):
