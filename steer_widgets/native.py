@@ -164,6 +164,15 @@ def one_openmp_thread() -> Iterator[None]:
         op("openmp_threads")(before)
 
 
+MAX_HEAD = 256  # the largest head decode_attention reads (the C++ kMaxLines * kBlock)
+
+
+def reads_heads_of(d_head: int) -> bool:
+    """Whether ``decode_attention`` takes heads of ``d_head`` floats: whole 16-float lines,
+    at most ``MAX_HEAD``."""
+    return d_head % BLOCK == 0 and d_head <= MAX_HEAD
+
+
 def decode_attention(q: Tensor, k: Tensor, v: Tensor, scale: float) -> Tensor:
     """Attention of one position, float32 CPU ``q`` [B, H, 1, D] over ``k`` and ``v`` [B,
     Hkv, L, D] (grouped heads; a KV cache slice is read in place): SDPA's result to float32

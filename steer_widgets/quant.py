@@ -128,11 +128,6 @@ class QuantWeight:
     in_features: int
     out_features: int
 
-    @classmethod
-    def of(cls, raw: np.ndarray, qtype: str, in_features: int) -> QuantWeight:
-        """Blocks already in memory."""
-        return cls(lambda: raw, qtype, in_features, raw.shape[0])
-
     @property
     def shape(self) -> tuple[int, int]:
         return self.out_features, self.in_features

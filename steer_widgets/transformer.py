@@ -487,8 +487,7 @@ class Transformer:
         if self._native_ops:
             self._rms_norm, self._rotary_op = native.op("rms_norm"), native.op("rotary")
             self._decode_attention = native.op("decode_attention")
-        # native.decode_attention reads heads of 16-float lines, up to 256 floats
-        self._native_attention = self._native_ops and cfg.d_head % 16 == 0 and cfg.d_head <= 256
+        self._native_attention = self._native_ops and native.reads_heads_of(cfg.d_head)
         self._attn_scale = cfg.attn_scale or cfg.d_head**-0.5
         self.row_groups = self.calibrate()
 
