@@ -16,11 +16,9 @@ changes no token and costs one softmax and one top-k over the vocabulary per row
 
 from __future__ import annotations
 
-import functools
 import math
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -29,7 +27,7 @@ from torch import Tensor
 
 from . import checks, native
 from .errors import ArgumentError, RequestError
-from .runtime import Runtime
+from .runtime import Runtime, hook_layer
 
 RowOp = Callable[[Tensor, int], Tensor]  # (x [1, T, d] of one row, start position) -> new x
 TOP_K = 5  # alternatives recorded per generated position
@@ -150,22 +148,35 @@ def decode(
     prompt = torch.tensor([list(prompt_ids)], device=model.device)
     _check_follows(rows)
     hooks = _batched_hooks(rows)
-    last = _prefill(model, prompt, rows, cache)
-    cache.length = len(prompt_ids)
     samplers = [RowSampler(sampling, prompt_ids, model.cfg.vocab_size, row.seed) for row in rows]
     done = [False] * len(rows)
-    logits = torch.stack(last).float().cpu()  # one device-to-host copy per step, not per row
-    for _ in range(n_new):
-        if cancel is not None and cancel.is_set():
-            return
-        with native.one_openmp_thread():
-            tokens, probs = _sample_step(samplers, rows, done, logits)
-        done = [d or t in stop_ids for d, t in zip(done, tokens, strict=True)]
-        yield Step(tokens, list(done), probs)
-        if all(done) or cache.length >= cache.capacity:
-            return
-        feed = torch.tensor([[t if t is not None else 0] for t in tokens], device=model.device)
-        logits = model.forward(feed, cache, hooks=hooks)[:, -1].float().cpu()
+    try:
+        _prefetch(samplers, rows, done)  # drawn while the prompt runs
+        last = _prefill(model, prompt, rows, cache)
+        cache.length = len(prompt_ids)
+        logits = torch.stack(last).float().cpu()  # one device-to-host copy per step, not per row
+        for _ in range(n_new):
+            if cancel is not None and cancel.is_set():
+                return
+            with native.one_openmp_thread():
+                tokens, probs = _sample_step(samplers, rows, done, logits)
+            done = [d or t in stop_ids for d, t in zip(done, tokens, strict=True)]
+            yield Step(tokens, list(done), probs)
+            if all(done) or cache.length >= cache.capacity:
+                return
+            _prefetch(samplers, rows, done)  # drawn while the model runs
+            feed = torch.tensor([[t if t is not None else 0] for t in tokens], device=model.device)
+            logits = model.forward(feed, cache, hooks=hooks)[:, -1].float().cpu()
+    finally:
+        for sampler in samplers:
+            sampler.close()
+
+
+def _prefetch(samplers: Sequence[RowSampler], rows: Sequence[Row], done: Sequence[bool]) -> None:
+    """Queue the next draw of every row that samples its own next token."""
+    for sampler, row, finished in zip(samplers, rows, done, strict=True):
+        if not finished and row.follow is None:
+            sampler.prefetch()
 
 
 def _sample_step(
@@ -174,34 +185,86 @@ def _sample_step(
     """Each row's token (None for finished rows; a follower copies its row's) and its
     ``TokenProb``."""
     tokens: list[int | None] = []
-    wanted = [not d and row.follow is None for d, row in zip(done, rows, strict=True)]
-    drawn = _noise(samplers, wanted)
     for r, s in enumerate(samplers):
-        follow, noise = rows[r].follow, drawn.get(r)
-        noise = None if noise is None else noise.result()
-        tokens.append(
-            None if done[r] else s.next(logits[r], noise) if follow is None else tokens[follow]
-        )
+        follow = rows[r].follow
+        tokens.append(None if done[r] else s.next(logits[r]) if follow is None else tokens[follow])
     probs = [None if t is None else token_prob(logits[r], t) for r, t in enumerate(tokens)]
     return tokens, probs
 
 
 def _prefill(model: Runtime, prompt: Tensor, rows: Sequence[Row], cache) -> list[Tensor]:
-    """Each row's last prompt logits, one row at a time (rule 1). Rows without
-    interventions all compute the same prompt, so where the cache can copy a row (a bitwise
-    copy) the first one's keys and values are reused for the others."""
+    """Each row's last prompt logits, one row at a time (rule 1).
+
+    The blocks below a row's first intervention compute exactly what they compute for an
+    earlier row without one there (the same tokens, one row alone). Where the runtime can
+    resume a forward pass, the row copies that row's keys and values for those blocks, bit
+    for bit, and continues from its residual: a steered row at layer 12 of 30 computes 17
+    blocks. Two rows without interventions share the whole prefill.
+    """
+    n_layers = model.cfg.n_layers
+    depths = [_shared_blocks(row, n_layers) for row in rows]
+    if not (getattr(model, "resumes", False) and hasattr(cache, "copy_row")):
+        depths = [0] * len(rows)
+    sources = [_share_with(depths, r) for r in range(len(rows))]
+    wanted = {(q, d) for q, d in sources if 0 < d < n_layers}
+    saved: dict[tuple[int, int], Tensor] = {}  # (row, blocks) -> residual they left
     last: list[Tensor] = []
-    plain: int | None = None
     for r, row in enumerate(rows):
-        if not row.ops and plain is not None and hasattr(cache, "copy_row"):
-            cache.copy_row(plain, r)
-            last.append(last[plain])
+        q, depth = sources[r]
+        if depth == n_layers:  # neither row intervenes: the same prefill
+            cache.copy_row(q, r)
+            last.append(last[q])
             continue
-        logits = model.forward(prompt, cache.view(r), hooks=row.ops, last_only=True)
+        hooks = dict(row.ops)
+        for d in sorted(d for q_, d in wanted if q_ == r):
+            name = f"blocks.{d - 1}.hook_resid_post"
+            hooks[name] = _recording(saved, (r, d), hooks.get(name))
+        if depth:
+            cache.copy_row(q, r, layers=depth)
+            resume = {"start_at_layer": depth, "resid": saved[(q, depth)]}
+        else:
+            resume = {}
+        logits = model.forward(prompt, cache.view(r), hooks=hooks, last_only=True, **resume)
         last.append(logits[0, -1])
-        if not row.ops and plain is None:
-            plain = r
     return last
+
+
+def _shared_blocks(row: Row, n_layers: int) -> int:
+    """How many first blocks of ``row`` compute what they compute without interventions:
+    those below its first hooked block, and that block too where its hook is the block's
+    output (``hook_resid_post``, the hook point of most residual SAEs). ``n_layers`` for a
+    row without interventions, 0 for a hook outside the blocks."""
+    if not row.ops:
+        return n_layers
+    depth = n_layers - 1  # a hook anywhere changes the logits
+    for name in row.ops:
+        layer = hook_layer(name)
+        if layer is None:
+            return 0
+        depth = min(depth, layer + 1 if name == f"blocks.{layer}.hook_resid_post" else layer)
+    return depth
+
+
+def _share_with(depths: Sequence[int], r: int) -> tuple[int, int]:
+    """The earlier row that row ``r`` shares most blocks with (the earliest of equals,
+    which always computed those blocks itself) and how many: ``(r, 0)`` for none."""
+    best = (r, 0)
+    for q in range(r):
+        shared = min(depths[q], depths[r])
+        if shared > best[1]:
+            best = (q, shared)
+    return best
+
+
+def _recording(saved: dict, key: tuple[int, int], op: RowOp | None) -> RowOp:
+    """A hook that keeps a copy of the residual it is given under ``key``, then applies the
+    row's own ``op`` (if any) at that point."""
+
+    def hook(x: Tensor, start: int) -> Tensor | None:
+        saved[key] = x.clone()
+        return None if op is None else op(x, start)
+
+    return hook
 
 
 def _check_follows(rows: Sequence[Row]) -> None:
@@ -228,20 +291,40 @@ class RowSampler:
         )
         ids = torch.tensor(list(prompt_ids), dtype=torch.long)
         self.counts = torch.bincount(ids, minlength=vocab).float()
+        self._queued: tuple[int, Tensor] | None = None  # a prefetched draw: ticket, values
 
     @property
     def draws(self) -> bool:
         """Whether ``next`` takes a ``noise()`` draw (sampling, not greedy)."""
         return self.s.temperature != 0
 
-    def noise(self) -> Tensor:
-        """The generator's next draw: Exp(1) over the vocabulary (0.85 ms on one core, serial,
-        a tenth of a decode step of the default model; ``decode`` draws rows' noise on two
-        threads at once)."""
-        return torch.empty(self.vocab).exponential_(1, generator=self.gen)
+    def prefetch(self) -> None:
+        """Queue the next ``noise()`` draw on the native kernels' idle threads, which draw it
+        while the model runs (1.8 ms a row on one core otherwise, an eighth of a decode step of
+        the default model): the same values, drawn in the same order from this row's
+        generator. A no-op for greedy rows, with a draw queued, or without the kernel."""
+        if self.draws and self._queued is None:
+            out = torch.empty(self.vocab)
+            ticket = native.noise_start(out, self.gen)
+            self._queued = None if ticket is None else (ticket, out)
 
-    def next(self, logits: Tensor, noise: Tensor | None = None) -> int:
-        """The row's next token; ``noise``: this step's ``noise()`` if drawn already."""
+    def noise(self) -> Tensor:
+        """The generator's next draw: Exp(1) over the vocabulary (the queued one, finished
+        here, after ``prefetch``)."""
+        if self._queued is None:
+            return torch.empty(self.vocab).exponential_(1, generator=self.gen)
+        (ticket, out), self._queued = self._queued, None
+        native.noise_finish(ticket)
+        return out
+
+    def close(self) -> None:
+        """Drop a queued draw nobody will use (the row's decode ended)."""
+        if self._queued is not None:
+            native.noise_cancel(self._queued[0])
+            self._queued = None
+
+    def next(self, logits: Tensor) -> int:
+        """The row's next token."""
         logits = logits.float().cpu()
         if self.s.temperature == 0:
             token = int(logits.numpy().argmax())  # numpy's: ~30x torch's on one thread
@@ -249,9 +332,7 @@ class RowSampler:
             scaled = logits / self.s.temperature
             if self.s.freq_penalty > 0:
                 scaled = scaled - self.s.freq_penalty * self.counts
-            token = _multinomial(
-                torch.softmax(scaled, dim=-1), self.noise() if noise is None else noise
-            )
+            token = _multinomial(torch.softmax(scaled, dim=-1), self.noise())
         self.counts[token] += 1
         return token
 
@@ -264,19 +345,6 @@ def _multinomial(probs: Tensor, noise: Tensor) -> int:
     if not bool(probs.sum() > 0):
         raise RuntimeError("invalid multinomial distribution (sum of probabilities <= 0)")
     return int(torch.argmax(probs / noise))
-
-
-def _noise(samplers: Sequence[RowSampler], needed: Sequence[bool]) -> dict[int, Future]:
-    """Every other sampling row's noise, drawn on a worker thread while this thread samples
-    the rest: a batch's rows then cost about half their serial draw time (the model is idle
-    meanwhile, so the second core is free)."""
-    rows = [r for r, s in enumerate(samplers) if needed[r] and s.draws]
-    return {r: _noise_thread().submit(samplers[r].noise) for r in rows[1::2]}
-
-
-@functools.cache
-def _noise_thread() -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="steer-widgets-noise")
 
 
 def _batched_hooks(rows: Sequence[Row]) -> dict:

@@ -119,8 +119,8 @@ def pack(w: Tensor) -> Tensor:
 
 def op(name: str) -> Callable[..., Tensor]:
     """The compiled op ``name`` ("rowwise_linear", "rms_norm", "rotary", "decode_attention",
-    "quant_linear", "quant_rows", "openmp_threads"), looked up once for a caller that runs it
-    in every layer of every step; only where ``extension()`` is not None."""
+    "quant_linear", "quant_rows", "openmp_threads", "noise_*"), looked up once for a caller
+    that runs it in every layer of every step; only where ``extension()`` is not None."""
     extension()  # loads the module on first use
     return getattr(torch.ops.steer_widgets, name).default
 
@@ -162,6 +162,28 @@ def one_openmp_thread() -> Iterator[None]:
         yield
     finally:
         op("openmp_threads")(before)
+
+
+def noise_start(out: Tensor, gen: torch.Generator) -> int | None:
+    """Start filling ``out`` (float32 [n]) with ``out.exponential_(1, generator=gen)``'s
+    values on the kernels' pool threads while they are idle (a sampled decode step's noise,
+    drawn while the model runs); a ticket for ``noise_finish``, or None where no runtime of
+    this process loaded the kernel (it is never built for this). ``gen`` is the draw's until
+    then."""
+    if not hasattr(torch.ops.steer_widgets, "noise_start"):
+        return None
+    return op("noise_start")(out, gen)
+
+
+def noise_finish(ticket: int) -> None:
+    """The draw of ``noise_start`` completed on the calling thread (most of it, usually,
+    drawn already)."""
+    op("noise_finish")(ticket)
+
+
+def noise_cancel(ticket: int) -> None:
+    """The draw of ``noise_start`` dropped, wherever it stood."""
+    op("noise_cancel")(ticket)
 
 
 MAX_HEAD = 256  # the largest head decode_attention reads (the C++ kMaxLines * kBlock)

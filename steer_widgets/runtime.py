@@ -65,6 +65,9 @@ class Runtime(Protocol):
     device: torch.device
     layer_devices: list[torch.device]
     row_groups: dict[str, int]  # batch-invariant decode row groups, measured at load
+    # whether ``forward`` takes ``start_at_layer`` and ``resid`` (a prefill that continues
+    # from another row's identical first blocks; ``generation`` shares them where it can)
+    resumes: bool
     unembed_weight: Tensor  # [vocab, d_model]
 
     @property

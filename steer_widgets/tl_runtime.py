@@ -57,6 +57,8 @@ class _RowView:
 class TransformerLensRuntime:
     """Wraps a ``HookedTransformer`` (loaded unprocessed: the raw hook values SAEs train on)."""
 
+    resumes = False  # every prefill runs from the embedding
+
     def __init__(self, model) -> None:
         self.tl = model.eval()
         cfg = model.cfg

@@ -410,9 +410,10 @@ class KVCache:
     def capacity(self) -> int:
         return self.k[0].shape[2]
 
-    def copy_row(self, src: int, dst: int) -> None:
-        """Row ``dst`` gets row ``src``'s keys and values, bit for bit (a shared prefill)."""
-        for kv in (*self.k, *self.v):
+    def copy_row(self, src: int, dst: int, layers: int | None = None) -> None:
+        """Row ``dst`` gets row ``src``'s keys and values, bit for bit, in every layer or in
+        the first ``layers`` (a shared prefill)."""
+        for kv in (*self.k[:layers], *self.v[:layers]):
             kv[dst].copy_(kv[src])
 
     def view(self, row: int) -> KVCache:
@@ -601,6 +602,8 @@ class Transformer:
     def new_cache(self, rows: int, length: int) -> KVCache:
         return KVCache(self.cfg, rows, length, self.layer_devices, self.dtype)
 
+    resumes = True  # forward can continue from a residual (runtime.Runtime.resumes)
+
     @torch.inference_mode()
     def forward(
         self,
@@ -609,21 +612,43 @@ class Transformer:
         hooks: Mapping[str, Hook] | None = None,
         stop_at_layer: int | None = None,
         last_only: bool = False,
+        start_at_layer: int = 0,
+        resid: Tensor | None = None,
     ) -> Tensor:
         """Run ``tokens`` [B, T]; return logits [B, T, V], or the residual after block
         ``stop_at_layer - 1`` when stopping early (activations need no unembedding).
 
         With a cache, ``tokens`` continue the cached positions and the cache is extended.
-        ``last_only`` unembeds the last position only (what decoding needs).
+        ``last_only`` unembeds the last position only (what decoding needs). With
+        ``start_at_layer`` > 0, ``resid`` is what block ``start_at_layer - 1`` wrote for
+        these tokens before its ``hook_resid_post`` (another row's identical first blocks,
+        whose keys and values the cache already holds): that hook and the blocks above run.
+
+        Where the native kernels run, torch's own ops run on one OpenMP thread meanwhile:
+        the kernels split their work over a pool of their own, and an OpenMP team spinning
+        on the same cores made a 42-token prefill 1.4x slower (2026-12-02).
         """
+        args = (tokens, cache, hooks, stop_at_layer, last_only, start_at_layer, resid)
+        if not self._native_ops:
+            return self._forward(*args)
+        with native.one_openmp_thread():
+            return self._forward(*args)
+
+    def _forward(self, tokens, cache, hooks, stop_at_layer, last_only, start_at_layer, resid):
         cfg, hooks = self.cfg, hooks or {}
         start, t = (cache.length if cache is not None else 0), tokens.shape[1]
         if start + t > (cache.capacity if cache else cfg.max_context):
             raise ValueError("sequence longer than the cache or the model's context")
-        x = self._embed(tokens.to(self.device), start)
+        if start_at_layer:
+            if resid is None or resid.shape[:2] != tokens.shape:
+                raise ValueError("start_at_layer needs the residual of these tokens (resid)")
+            name = f"blocks.{start_at_layer - 1}.hook_resid_post"
+            x = _run(hooks, name, resid.to(self.layer_devices[start_at_layer - 1]), start)
+        else:
+            x = self._embed(tokens.to(self.device), start)
         n_layers = cfg.n_layers if stop_at_layer is None else stop_at_layer
         rotary = self._rotary(start, t)
-        for i in range(n_layers):
+        for i in range(start_at_layer, n_layers):
             if x.device != self.layer_devices[i]:
                 x = x.to(self.layer_devices[i])
             x = self._block(i, x, start, cache, hooks, rotary[i])

@@ -1,0 +1,90 @@
+"""Sampling noise queued on the native kernels' idle pool threads (``native.noise_start``) has
+the bits of ``exponential_`` on the row's generator, drawn in order whoever draws which chunk,
+so sampled tokens do not depend on how the draws were scheduled."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from steer_widgets import native
+from steer_widgets.generation import RowSampler, Sampling
+
+
+@pytest.fixture
+def two_threads():
+    """The pool works only with more than one thread (the tests run one)."""
+    assert native.extension() is not None
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)  # noise_start starts the pool's worker
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_queued_draws_equal_exponential_on_the_generator(threads, two_threads):
+    torch.set_num_threads(threads)
+    sizes = [1, 511, 512, 513, 49152, 3000]  # whole chunks, a partial one, less than one
+    seeds = range(len(sizes))
+    outs = [torch.empty(n) for n in sizes]
+    gens = [torch.Generator().manual_seed(s) for s in seeds]
+    tickets = [native.noise_start(o, g) for o, g in zip(outs, gens, strict=True)]
+    time.sleep(0.002)  # the worker draws some chunks meanwhile
+    for i in reversed(range(len(sizes))):  # finished in another order than queued
+        native.noise_finish(tickets[i])
+    for n, s, out, gen in zip(sizes, seeds, outs, gens, strict=True):
+        ref_gen = torch.Generator().manual_seed(s)
+        assert torch.equal(out, torch.empty(n).exponential_(1, generator=ref_gen)), n
+        # the generators stand where one exponential_ left them
+        assert torch.equal(gen.get_state(), ref_gen.get_state()), n
+
+
+def test_a_cancelled_draw_is_dropped_and_unknown_tickets_are_named(two_threads):
+    gen = torch.Generator().manual_seed(1)
+    ticket = native.noise_start(torch.empty(49152), gen)
+    native.noise_cancel(ticket)
+    native.noise_cancel(ticket)  # twice: nothing left to drop
+    with pytest.raises(RuntimeError, match="no noise job"):
+        native.noise_finish(ticket)
+    out = torch.empty(100)
+    native.noise_finish(native.noise_start(out, torch.Generator().manual_seed(2)))
+    assert torch.equal(
+        out, torch.empty(100).exponential_(1, generator=torch.Generator().manual_seed(2))
+    )
+
+
+def test_prefetched_rows_sample_the_tokens_of_inline_draws(two_threads):
+    """Inline draws are torch.multinomial's (tests/fast/test_sampling.py)."""
+    vocab, prompt = 49152, [5, 9, 9, 2]
+    gen = torch.Generator().manual_seed(100)
+    logits = [torch.randn(vocab, generator=gen) * 4 for _ in range(12)]
+    sampling = Sampling(temperature=0.7, freq_penalty=0.5, seed=16)
+    inline = RowSampler(sampling, prompt, vocab)
+    want = [inline.next(step) for step in logits]
+    rows = [RowSampler(sampling, prompt, vocab) for _ in range(3)]
+    drawn = []
+    for step in logits:
+        for row in rows:
+            row.prefetch()
+            row.prefetch()  # a second call queues nothing more
+        drawn.append([row.next(step) for row in rows])
+    assert all(column == want for column in map(list, zip(*drawn, strict=True)))
+    rows[0].prefetch()
+    rows[0].close()  # a decode that ended: the queued draw is dropped
+    assert rows[0]._queued is None
+
+
+def test_the_pool_draws_queued_noise_while_idle(two_threads):
+    out = torch.full((49152,), float("nan"))
+    ticket = native.noise_start(out, torch.Generator().manual_seed(4))
+    deadline = time.monotonic() + 5
+    while bool(out.isnan().all()) and time.monotonic() < deadline:
+        time.sleep(0.001)
+    drawn = int((~out.isnan()).sum())
+    native.noise_finish(ticket)
+    assert drawn > 0, "no chunk was drawn before noise_finish"
+    assert torch.equal(
+        out, torch.empty(49152).exponential_(1, generator=torch.Generator().manual_seed(4))
+    )

@@ -1,0 +1,92 @@
+"""A row's prefill shares the blocks below its first intervention with an earlier row: the
+logits and every key and value equal that row's prefill computed whole, bit for bit."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from steer_widgets import generation
+from steer_widgets.generation import Row
+from steer_widgets.transformer import Transformer
+
+
+def _add(vector: torch.Tensor):
+    return lambda x, start: x + vector.to(x.dtype)
+
+
+def _hook(name: str, scale: float):
+    width = 576 if not name.endswith("hook_z") else 9 * 64
+    vector = torch.randn(width, generator=torch.Generator().manual_seed(len(name))) * scale
+    if name.endswith("hook_z"):
+        vector = vector.view(9, 64)
+    return {name: _add(vector)}
+
+
+PLAIN: dict = {}
+ROWS = {  # each row's interventions, and the blocks each row's prefill computes
+    "resid_post_12": ([PLAIN, _hook("blocks.12.hook_resid_post", 4.0)], [30, 17]),
+    "resid_pre_12": ([PLAIN, _hook("blocks.12.hook_resid_pre", 4.0)], [30, 18]),
+    "z_5_and_post_20": (
+        [PLAIN, {**_hook("blocks.5.attn.hook_z", 1.0), **_hook("blocks.20.hook_resid_post", 2.0)}],
+        [30, 25],
+    ),
+    "last_block_output": ([PLAIN, _hook("blocks.29.hook_resid_post", 4.0)], [30, 1]),
+    "sweep_same_layer": (
+        [PLAIN, *(_hook("blocks.12.hook_resid_post", s) for s in (1.0, 2.0, 4.0))],
+        [30, 17, 17, 17],
+    ),
+    "no_plain_row": (  # the second row starts from what the first had before its own hook
+        [_hook("blocks.12.hook_resid_post", s) for s in (2.0, -3.0)] + [PLAIN],
+        [30, 17, 17],
+    ),
+    "deeper_then_shallower": (
+        [PLAIN, _hook("blocks.20.hook_resid_post", 4.0), _hook("blocks.3.hook_mlp_out", 4.0)],
+        [30, 9, 27],
+    ),
+}
+
+
+def _prefill(runtime, ids, rows, shared: bool, monkeypatch):
+    """The rows' last prompt logits and cache, and the blocks each row's prefill ran."""
+    runtime_cls = type(runtime)
+    blocks: list[int] = []
+    real = runtime_cls._block
+
+    def counted(self, i, *args):
+        blocks.append(i)
+        return real(self, i, *args)
+
+    with monkeypatch.context() as m:
+        m.setattr(runtime_cls, "_block", counted)
+        if not shared:
+            m.setattr(runtime_cls, "resumes", False)
+        cache = runtime.new_cache(len(rows), len(ids) + 1)
+        last = generation._prefill(runtime, torch.tensor([ids]), rows, cache)
+    starts = [n for n, i in enumerate(blocks) if i == 0 or (n and blocks[n - 1] >= i)]
+    per_row = [b - a for a, b in zip(starts, [*starts[1:], len(blocks)], strict=True)]
+    return torch.stack(last), cache, per_row
+
+
+@pytest.mark.parametrize("case", list(ROWS))
+def test_shared_prefill_equals_each_row_computed_whole(engine, case, monkeypatch):
+    runtime = engine.model.runtime
+    assert isinstance(runtime, Transformer) and runtime.resumes
+    ops, computed = ROWS[case]
+    rows = [Row(ops=o) for o in ops]
+    ids = engine.tokenizer.encode("The lighthouse keeper counted the ships").ids
+    shared, cache, per_row = _prefill(runtime, ids, rows, True, monkeypatch)
+    whole, cache_whole, per_row_whole = _prefill(runtime, ids, rows, False, monkeypatch)
+    assert per_row_whole == [30] * len(rows)
+    assert per_row == computed
+    assert torch.equal(shared, whole)
+    for layer in range(runtime.cfg.n_layers):
+        assert torch.equal(cache.k[layer], cache_whole.k[layer]), layer
+        assert torch.equal(cache.v[layer], cache_whole.v[layer]), layer
+    assert not torch.equal(shared[0], shared[1])  # the interventions changed the logits
+
+
+def test_resuming_needs_the_residual(engine):
+    runtime = engine.model.runtime
+    with pytest.raises(ValueError, match="resid"):
+        runtime.forward(torch.tensor([[1, 2, 3]]), start_at_layer=4)
