@@ -147,13 +147,13 @@ def rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
 
 @contextlib.contextmanager
 def one_openmp_thread() -> Iterator[None]:
-    """torch's own ops on the calling thread run on one OpenMP thread meanwhile. The native
-    kernels split their work over a thread pool of their own (OpenMP gives every calling
-    thread its own team, and decoding on a worker thread, as the explorer does, ran 2.3x
-    slower); a decode step's vocabulary-sized torch ops would otherwise wake an OpenMP team
-    whose threads spin for milliseconds on the cores that pool needs next (a sampled decode
-    ran 1.4x slower). A no-op where no runtime of this process loaded the kernel (it is
-    never built for this)."""
+    """torch's own ops on the calling thread run on one OpenMP thread meanwhile; the native
+    kernels keep torch's thread count. They split their work over a thread pool of their own
+    (OpenMP gives every calling thread its own team, and decoding on a worker thread, as the
+    explorer does, ran 2.3x slower), and torch's ops between their calls would otherwise
+    wake an OpenMP team whose threads spin for milliseconds on the cores that pool needs
+    next (a sampled decode ran 1.4x slower, a 42-token prefill 1.4x). A no-op where no
+    runtime of this process loaded the kernel (it is never built for this)."""
     if not hasattr(torch.ops.steer_widgets, "openmp_threads"):
         yield
         return
@@ -162,6 +162,12 @@ def one_openmp_thread() -> Iterator[None]:
         yield
     finally:
         op("openmp_threads")(before)
+
+
+def kernel_threads() -> int:
+    """Threads the kernels split a call from this thread over: torch's count, kept inside
+    ``one_openmp_thread``."""
+    return op("kernel_threads")()
 
 
 def noise_start(out: Tensor, gen: torch.Generator) -> int | None:

@@ -188,17 +188,23 @@ def _on_threads_and_in_a_child(lin: Linear, x: torch.Tensor) -> None:
 
 
 def test_one_openmp_thread_holds_only_this_threads_torch_ops_and_restores_them():
+    """Inside it torch's ops on this thread see one thread; the kernels keep two (a forward
+    pass runs inside it), other threads are untouched, and it nests."""
     threads = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
         native.extension()
         seen = []
         with native.one_openmp_thread():
-            seen.append(torch.get_num_threads())
-            other = threading.Thread(target=lambda: seen.append(torch.get_num_threads()))
+            seen.append((torch.get_num_threads(), native.kernel_threads()))
+            with native.one_openmp_thread():
+                seen.append((torch.get_num_threads(), native.kernel_threads()))
+            seen.append((torch.get_num_threads(), native.kernel_threads()))
+            other = threading.Thread(target=lambda: seen.append((torch.get_num_threads(),)))
             other.start()
             other.join()
-        assert seen == [1, 2] and torch.get_num_threads() == 2
+        assert seen == [(1, 2), (1, 2), (1, 2), (2,)]
+        assert torch.get_num_threads() == 2 and native.kernel_threads() == 2
     finally:
         torch.set_num_threads(threads)
 

@@ -168,6 +168,14 @@ class Idle {
 // apart), then sleep. One caller uses it at a time; a second one meanwhile runs its work
 // alone on its own thread, so results never depend on it (each output is computed whole by
 // one thread in a fixed order, whatever the split).
+// Threads the kernels use for a call from this thread: torch's count (at::get_num_threads(),
+// which reads the calling thread's OpenMP count), or the count it had before openmp_threads
+// lowered that for torch's own ops.
+thread_local int64_t kernel_threads = 0;
+inline int64_t threads_for_kernels() {
+  return kernel_threads > 0 ? kernel_threads : at::get_num_threads();
+}
+
 class Pool {
  public:
   using Fn = std::function<void(int64_t, int64_t)>;
@@ -183,9 +191,9 @@ class Pool {
     return *instance();
   }
 
-  // fn over [0, n) in chunks of at least grain, on up to at::get_num_threads() threads
+  // fn over [0, n) in chunks of at least grain, on up to threads_for_kernels() threads
   void run(int64_t n, int64_t grain, const Fn& fn) {
-    const int64_t want = std::min<int64_t>(at::get_num_threads(), (n + grain - 1) / grain);
+    const int64_t want = std::min<int64_t>(threads_for_kernels(), (n + grain - 1) / grain);
     std::unique_lock<std::mutex> busy(busy_, std::try_to_lock);
     if (want <= 1 || !busy.owns_lock()) {
       if (n > 0) fn(0, n);
@@ -265,7 +273,7 @@ class Pool {
   void nudge() {
     {
       std::unique_lock<std::mutex> busy(busy_, std::try_to_lock);
-      if (busy.owns_lock()) grow(at::get_num_threads() - 1);
+      if (busy.owns_lock()) grow(threads_for_kernels() - 1);
     }
     { std::lock_guard<std::mutex> lock(wake_); }
     cv_.notify_all();
@@ -973,17 +981,24 @@ void noise_cancel(int64_t ticket) { Idle::get().cancel(ticket); }
 
 // Sets the calling thread's OpenMP thread count (torch's own ops read it) and returns the
 // previous one. Unlike torch.set_num_threads it touches nothing else: not the default of
-// threads started later, not MKL's or the pthreadpool's sizes, nor this file's pool.
+// threads started later, not MKL's or the pthreadpool's sizes. This file's kernels keep the
+// count the thread had before it was first lowered (at::get_num_threads() would read the
+// lowered one) until it is set back to that count.
 int64_t openmp_threads(int64_t n) {
   TORCH_CHECK(n >= 1, "n must be at least 1");
 #ifdef _OPENMP
   const int64_t before = omp_get_max_threads();
+  if (kernel_threads == 0 && n < before) kernel_threads = before;
+  if (n == kernel_threads) kernel_threads = 0;
   omp_set_num_threads(static_cast<int>(n));
   return before;
 #else
   return 1;
 #endif
 }
+
+// The threads this file's kernels use for a call from the calling thread.
+int64_t kernel_thread_count() { return threads_for_kernels(); }
 
 // torch.ops.steer_widgets.* (plain ATen and the op registry: no Python headers, which keeps
 // the one-time build short)
@@ -997,6 +1012,7 @@ TORCH_LIBRARY(steer_widgets, m) {
         &quant_linear);
   m.def("quant_rows(Tensor packed, Tensor ids, int K, int qtype) -> Tensor", &quant_rows);
   m.def("openmp_threads(int n) -> int", &openmp_threads);
+  m.def("kernel_threads() -> int", &kernel_thread_count);
   m.def("noise_start(Tensor out, Generator? gen) -> int", &noise_start);
   m.def("noise_finish(int ticket) -> ()", &noise_finish);
   m.def("noise_cancel(int ticket) -> ()", &noise_cancel);
