@@ -203,8 +203,10 @@ def _prefill(model: Runtime, prompt: Tensor, rows: Sequence[Row], cache) -> list
     """
     n_layers = model.cfg.n_layers
     depths = [_shared_blocks(row, n_layers) for row in rows]
-    if not (getattr(model, "resumes", False) and hasattr(cache, "copy_row")):
+    if not hasattr(cache, "copy_row"):
         depths = [0] * len(rows)
+    elif not getattr(model, "resumes", False):  # whole prefills only
+        depths = [d if d == n_layers else 0 for d in depths]
     sources = [_share_with(depths, r) for r in range(len(rows))]
     wanted = {(q, d) for q, d in sources if 0 < d < n_layers}
     saved: dict[tuple[int, int], Tensor] = {}  # (row, blocks) -> residual they left

@@ -24,7 +24,8 @@ def _hook(name: str, scale: float):
 
 
 PLAIN: dict = {}
-ROWS = {  # each row's interventions, and the blocks each row's prefill computes
+ROWS = {  # each row's interventions, and the blocks each prefill computes (a second row
+    # without interventions copies the first one's whole prefill and computes none)
     "resid_post_12": ([PLAIN, _hook("blocks.12.hook_resid_post", 4.0)], [30, 17]),
     "resid_pre_12": ([PLAIN, _hook("blocks.12.hook_resid_pre", 4.0)], [30, 18]),
     "z_5_and_post_20": (
@@ -36,6 +37,7 @@ ROWS = {  # each row's interventions, and the blocks each row's prefill computes
         [PLAIN, *(_hook("blocks.12.hook_resid_post", s) for s in (1.0, 2.0, 4.0))],
         [30, 17, 17, 17],
     ),
+    "two_plain_rows": ([PLAIN, _hook("blocks.12.hook_resid_post", 4.0), PLAIN], [30, 17]),
     "no_plain_row": (  # the second row starts from what the first had before its own hook
         [_hook("blocks.12.hook_resid_post", s) for s in (2.0, -3.0)] + [PLAIN],
         [30, 17, 17],
@@ -48,13 +50,13 @@ ROWS = {  # each row's interventions, and the blocks each row's prefill computes
 
 
 def _prefill(runtime, ids, rows, shared: bool, monkeypatch):
-    """The rows' last prompt logits and cache, and the blocks each row's prefill ran."""
+    """The rows' last prompt logits and cache, and the blocks each prefill computed."""
     runtime_cls = type(runtime)
-    blocks: list[int] = []
+    visited: list[int] = []  # block indices, in the order the forward passes ran them
     real = runtime_cls._block
 
     def counted(self, i, *args):
-        blocks.append(i)
+        visited.append(i)
         return real(self, i, *args)
 
     with monkeypatch.context() as m:
@@ -63,9 +65,9 @@ def _prefill(runtime, ids, rows, shared: bool, monkeypatch):
             m.setattr(runtime_cls, "resumes", False)
         cache = runtime.new_cache(len(rows), len(ids) + 1)
         last = generation._prefill(runtime, torch.tensor([ids]), rows, cache)
-    starts = [n for n, i in enumerate(blocks) if i == 0 or (n and blocks[n - 1] >= i)]
-    per_row = [b - a for a, b in zip(starts, [*starts[1:], len(blocks)], strict=True)]
-    return torch.stack(last), cache, per_row
+    starts = [n for n, i in enumerate(visited) if i == 0 or (n and visited[n - 1] >= i)]
+    ends = [*starts[1:], len(visited)]
+    return torch.stack(last), cache, [b - a for a, b in zip(starts, ends, strict=True)]
 
 
 @pytest.mark.parametrize("case", list(ROWS))
@@ -75,10 +77,10 @@ def test_shared_prefill_equals_each_row_computed_whole(engine, case, monkeypatch
     ops, computed = ROWS[case]
     rows = [Row(ops=o) for o in ops]
     ids = engine.tokenizer.encode("The lighthouse keeper counted the ships").ids
-    shared, cache, per_row = _prefill(runtime, ids, rows, True, monkeypatch)
-    whole, cache_whole, per_row_whole = _prefill(runtime, ids, rows, False, monkeypatch)
-    assert per_row_whole == [30] * len(rows)
-    assert per_row == computed
+    shared, cache, blocks = _prefill(runtime, ids, rows, True, monkeypatch)
+    whole, cache_whole, blocks_whole = _prefill(runtime, ids, rows, False, monkeypatch)
+    assert blocks_whole == [30] * (len(rows) - max(0, sum(not o for o in ops) - 1))
+    assert blocks == computed
     assert torch.equal(shared, whole)
     for layer in range(runtime.cfg.n_layers):
         assert torch.equal(cache.k[layer], cache_whole.k[layer]), layer
