@@ -89,7 +89,7 @@ class Idle {
   }
 
   // a worker's turn: one chunk of the oldest job nobody is drawing; false if there was none
-  bool step(bool block) {
+  bool step() {
     if (open_.load(std::memory_order_acquire) == 0) return false;
     std::vector<std::shared_ptr<Job>> jobs;
     {
@@ -97,7 +97,7 @@ class Idle {
       for (auto& entry : jobs_) jobs.push_back(entry.second);
     }
     for (auto& job : jobs)
-      if (job->step(block, open_)) return true;
+      if (job->step(false, open_)) return true;
     return false;
   }
 
@@ -243,7 +243,7 @@ class Pool {
       uint64_t now = seen;
       auto until = std::chrono::steady_clock::now() + kSpin;
       for (int spin = 1; now == seen; ++spin) {
-        if (Idle::get().step(false)) {  // one chunk of idle work, then look again
+        if (Idle::get().step()) {  // one chunk of idle work, then look again
           until = std::chrono::steady_clock::now() + kSpin;
         } else {
           _mm_pause_or_yield();
