@@ -27,7 +27,7 @@ from torch import Tensor
 
 from . import checks, native
 from .errors import ArgumentError, RequestError
-from .runtime import Runtime, hook_layer
+from .runtime import Hook, Runtime, hook_layer
 
 RowOp = Callable[[Tensor, int], Tensor]  # (x [1, T, d] of one row, start position) -> new x
 TOP_K = 5  # alternatives recorded per generated position
@@ -258,7 +258,7 @@ def _share_with(depths: Sequence[int], r: int) -> tuple[int, int]:
     return best
 
 
-def _recording(saved: dict, key: tuple[int, int], op: RowOp | None) -> RowOp:
+def _recording(saved: dict, key: tuple[int, int], op: RowOp | None) -> Hook:
     """A hook that keeps a copy of the residual it is given under ``key``, then applies the
     row's own ``op`` (if any) at that point."""
 
