@@ -6,7 +6,7 @@ PIP     := $(BIN)/pip install --disable-pip-version-check -c constraints.txt
 STAMP   := $(VENV)/.installed
 BROWSER := $(VENV)/.browser
 
-.PHONY: install lab test test-fast test-ipywidgets7 screenshots lint bench clean
+.PHONY: install lab test test-fast test-ipywidgets7 sanitize screenshots lint bench clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -57,6 +57,11 @@ test-fast: $(STAMP)
 # The widget tests again under ipywidgets 7.7 (what Colab ships), in a venv layered on .venv.
 test-ipywidgets7: install
 	OMP_NUM_THREADS=1 scripts/ipywidgets7.sh
+
+# The kernels at 1-16 threads for 60 s each (make test runs 3 s each) and the pool, noise
+# queue and kernels longer under ThreadSanitizer (docs/determinism.md#thread-counts).
+sanitize: install
+	SW_STRESS_SECONDS=60 SW_TSAN_ROUNDS=20 $(BIN)/python -m pytest -q tests/test_kernel_threads.py -p no:cacheprovider
 
 # The explorer images in docs/ (light, dark, narrow), regenerated on purpose: the browser test
 # writes screenshots only to its temporary folder unless SW_SCREENSHOT_DIR names another.

@@ -1,13 +1,18 @@
 """The ``"native"`` matrix kernel: a small C++ extension compiled for this machine on first use.
 
-``csrc/rowwise_linear.cpp`` computes ``x @ W.T`` on a weight packed once as [N/16, K, 16],
-one fused multiply-add chain per output element in a fixed order, so a row's result cannot
-depend on the other rows: batch invariance by construction, with one pass over the weights
-for every row. It is built with ``-O3 -march=native`` (``torch.utils.cpp_extension.load``,
-ninja and a C++ compiler needed) into the user cache, in a folder named after this CPU's
-instruction-set flags, so a home folder shared between machines never runs another CPU's
-build. When it cannot be built, ``extension()`` returns None after one warning and callers
-fall back to oneDNN.
+``csrc/`` computes ``x @ W.T`` on a weight packed once as [N/16, K, 16], one fused
+multiply-add chain per output element in a fixed order, so a row's result cannot depend on
+the other rows: batch invariance by construction, with one pass over the weights for every
+row. Its files, one idea each: ``pool`` (the thread pool every kernel splits its work over),
+``noise_queue`` (sampling noise the pool's idle workers draw), ``simd.h`` and
+``float_tiles.h`` (the 16-float line and the float32 tiles), ``float_linear``,
+``quant_linear`` (GGUF blocks), ``attention_norms`` (RMSNorm, rotary, causal attention), all
+torch-free behind ``kernels.h``; ``ops.cpp`` binds them to tensors as
+``torch.ops.steer_widgets.*``. It is built with ``-O3 -march=native``
+(``torch.utils.cpp_extension.load``, ninja and a C++ compiler needed) into the user cache,
+in a folder named after this CPU's instruction-set flags, so a home folder shared between
+machines never runs another CPU's build. When it cannot be built, ``extension()`` returns
+None after one warning and callers fall back to oneDNN.
 
 The same module holds RMSNorm, rotary embedding and one decode position's attention as one
 call each (``rms_norm``, ``rotary``, ``decode_attention``): outside the matrix products a
@@ -32,26 +37,30 @@ from torch import Tensor
 
 from .paths import cache_dir
 
-SOURCE = Path(__file__).parent / "csrc" / "rowwise_linear.cpp"
+CSRC = Path(__file__).parent / "csrc"
+SOURCES = sorted(CSRC.glob("*.cpp"))  # compiled together into one extension
+HEADERS = sorted(CSRC.glob("*.h"))
 BLOCK = 16  # output columns per packed block (the C++ kBlock)
 FLAGS = ["-O3", "-march=native", "-ffp-contract=off", "-fopenmp"]
 
 
 def build_dir() -> Path:
-    """``<cache_dir>/ext/rowwise_linear-<cpu>`` (``~/.cache/steer_widgets``), never the tree."""
-    return cache_dir() / "ext" / f"rowwise_linear-{_cpu_tag()}"
+    """``<cache_dir>/ext/kernels-<cpu>`` (``~/.cache/steer_widgets``), never the tree."""
+    return cache_dir() / "ext" / f"kernels-{_cpu_tag()}"
 
 
 def _cpu_tag() -> str:
     """A short hash of this CPU's flags (the build is -march=native), the torch it links and
-    the source (checkouts with different sources never share, or fight over, one build)."""
+    the sources and headers (checkouts with different sources never share, or fight over,
+    one build)."""
     try:
         text = Path("/proc/cpuinfo").read_text()
         flags = next((ln for ln in text.splitlines() if ln.startswith(("flags", "Features"))), "")
     except OSError:
         flags = ""
     key = f"{platform.machine()} {flags} {torch.__version__} {Path(torch.__file__).parent}"
-    key += hashlib.sha1(SOURCE.read_bytes()).hexdigest()
+    for path in (*SOURCES, *HEADERS):
+        key += f" {path.name} " + hashlib.sha1(path.read_bytes()).hexdigest()
     return hashlib.sha1(key.encode()).hexdigest()[:12]
 
 
@@ -73,14 +82,21 @@ def extension() -> Callable[[Tensor, Tensor, int], Tensor] | None:
 
 
 def _build() -> None:
-    from torch.utils import cpp_extension
-
     folder = build_dir()
     folder.mkdir(parents=True, exist_ok=True)
     if not any(folder.glob("*.so")):
         print(
             "steer_widgets: compiling the native matrix kernel for this CPU (once)", file=sys.stderr
         )
+    build("steer_widgets_kernels", folder, FLAGS)
+
+
+def build(name: str, folder: Path, flags: list[str]) -> None:
+    """Compiles ``csrc/`` with ``flags`` into ``folder`` and loads it (registering
+    ``torch.ops.steer_widgets.*``): the one build recipe, for this CPU's build and for the
+    tests that build the other instruction-set paths."""
+    from torch.utils import cpp_extension
+
     path = os.environ.get("PATH", "")
     if shutil.which("ninja") is None:  # the ninja wheel puts it beside the interpreter
         try:
@@ -91,10 +107,11 @@ def _build() -> None:
             pass
     try:
         cpp_extension.load(
-            "steer_widgets_rowwise_linear",
-            [str(SOURCE)],
-            extra_cflags=FLAGS,
+            name,
+            [str(path) for path in SOURCES],
+            extra_cflags=flags,
             extra_ldflags=["-fopenmp"],
+            extra_include_paths=[str(CSRC)],
             build_directory=str(folder),
             is_python_module=False,  # registers torch.ops.steer_widgets.*
         )
@@ -119,8 +136,9 @@ def pack(w: Tensor) -> Tensor:
 
 def op(name: str) -> Callable[..., Tensor]:
     """The compiled op ``name`` ("rowwise_linear", "rms_norm", "rotary", "decode_attention",
-    "quant_linear", "quant_rows", "openmp_threads", "noise_*"), looked up once for a caller
-    that runs it in every layer of every step; only where ``extension()`` is not None."""
+    "causal_attention", "quant_linear", "quant_rows", "openmp_threads", "noise_*"), looked up
+    once for a caller that runs it in every layer of every step; only where ``extension()``
+    is not None."""
     extension()  # loads the module on first use
     return getattr(torch.ops.steer_widgets, name).default
 
@@ -170,6 +188,12 @@ def kernel_threads() -> int:
     return op("kernel_threads")()
 
 
+def pool_workers() -> int:
+    """Worker threads the kernels' pool has started in this process (one fewer than the
+    largest thread count a call has used)."""
+    return op("pool_workers")()
+
+
 def noise_start(out: Tensor, gen: torch.Generator) -> int | None:
     """Start filling ``out`` (float32 [n]) with ``out.exponential_(1, generator=gen)``'s
     values on the kernels' pool threads while they are idle (a sampled decode step's noise,
@@ -206,3 +230,14 @@ def decode_attention(q: Tensor, k: Tensor, v: Tensor, scale: float) -> Tensor:
     Hkv, L, D] (grouped heads; a KV cache slice is read in place): SDPA's result to float32
     rounding, each (row, head) alone in a fixed order whatever the batch."""
     return op("decode_attention")(q, k, v, scale)
+
+
+def causal_attention(
+    q: Tensor, k: Tensor, v: Tensor, scale: float, start: int = 0, window: int = 0
+) -> Tensor:
+    """Causal attention of float32 CPU ``q`` [B, H, T, D] at positions ``start..start+T``
+    over ``k`` and ``v`` [B, Hkv, L, D] (``start + T <= L``; grouped heads; slices read in
+    place), within the last ``window`` keys where ``window > 0``: SDPA's result to float32
+    rounding, each (row, head, position) alone in a fixed order, so the bits depend on
+    neither the batch, the thread count, nor how many positions were computed together."""
+    return op("causal_attention")(q, k, v, scale, start, window)

@@ -487,7 +487,7 @@ class Transformer:
         )
         if self._native_ops:
             self._rms_norm, self._rotary_op = native.op("rms_norm"), native.op("rotary")
-            self._decode_attention = native.op("decode_attention")
+            self._causal_attention = native.op("causal_attention")
         self._native_attention = self._native_ops and native.reads_heads_of(cfg.d_head)
         self._attn_scale = cfg.attn_scale or cfg.d_head**-0.5
         self.row_groups = self.calibrate()
@@ -803,11 +803,14 @@ class Transformer:
         """Causal attention of positions ``start..start+T`` over keys ``0..start+T``, within
         ``window`` positions where the layer slides."""
         t, total = q.shape[2], k.shape[2]
+        cap = self.cfg.attn_softcap
+        if cap is None and self._native_attention:
+            # every (row, head, position) alone in one fixed order: the same bits at any thread
+            # count (SDPA's flash kernel changed a prefill's bits with torch's thread count)
+            # and a prompt position's the same as that position decoded alone
+            return self._causal_attention(q, k, v, self._attn_scale, start, window or 0)
         if window is not None and t == 1 and total > window:  # decode: the last window keys
             k, v = k[:, :, total - window :], v[:, :, total - window :]
-        cap = self.cfg.attn_softcap
-        if t == 1 and cap is None and self._native_attention:  # one position: native op
-            return self._decode_attention(q, k, v, self._attn_scale)
         mask, causal = None, False
         if t > 1 and start == 0 and (window is None or total <= window):
             causal = True

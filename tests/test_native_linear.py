@@ -1,4 +1,4 @@
-"""The native matrix kernel (``native.py``, ``csrc/rowwise_linear.cpp``): right answers for any
+"""The native matrix kernel (``native.py``, ``csrc/``): right answers for any
 shape, and every row bit-identical to the same row computed alone, by construction."""
 
 from __future__ import annotations
@@ -116,6 +116,50 @@ def test_native_decode_attention_is_sdpa_and_each_row_and_thread_count_exact(h, 
         assert torch.equal(native.decode_attention(q, k, v, d**-0.5), got)
     finally:
         torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize(
+    ("h", "h_kv", "t", "length", "window"),
+    [(9, 3, 36, 36, 0), (9, 3, 5, 41, 0), (4, 4, 20, 20, 7), (8, 1, 9, 60, 16), (2, 2, 1, 30, 8)],
+)
+def test_native_causal_attention_is_sdpa_and_each_position_is_its_decode_step(
+    h, h_kv, t, length, window
+):
+    """A prefill (positions length - t .. length - 1 over the cache, optionally in a sliding
+    window): SDPA with the causal mask to float32 rounding, and every position bit for bit
+    the one-position call a decode step makes there, at one thread and at four."""
+    import torch.nn.functional as F
+
+    gen = torch.Generator().manual_seed(length + t)
+    q = torch.randn(3, h, t, 64, generator=gen)
+    k = torch.randn(3, h_kv, length + 8, 64, generator=gen)[:, :, :length]
+    v = torch.randn(3, h_kv, length + 8, 64, generator=gen)[:, :, :length]
+    start = length - t
+    got = native.causal_attention(q, k, v, 0.125, start, window)
+    q_pos, k_pos = torch.arange(start, length)[:, None], torch.arange(length)[None]
+    mask = (k_pos <= q_pos) & ((k_pos > q_pos - window) if window else True)
+    want = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=0.125, enable_gqa=True)
+    torch.testing.assert_close(got, want, atol=2e-6, rtol=1e-5)
+    threads = torch.get_num_threads()
+    try:
+        for n in (1, 4):
+            torch.set_num_threads(n)
+            assert torch.equal(native.causal_attention(q, k, v, 0.125, start, window), got)
+            for j in range(t):
+                end = start + j + 1
+                lo = max(0, end - window) if window else 0
+                step = native.decode_attention(
+                    q[:, :, j : j + 1], k[:, :, lo:end], v[:, :, lo:end], 0.125
+                )
+                assert torch.equal(step[:, :, 0], got[:, :, j]), (n, j)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_native_causal_attention_names_positions_outside_the_keys():
+    q, kv = torch.randn(1, 2, 4, 16), torch.randn(1, 2, 5, 16)
+    with pytest.raises(RuntimeError, match="within the L keys"):
+        native.causal_attention(q, kv, kv, 0.25, 2, 0)  # positions 2..5 over keys 0..4
 
 
 def test_native_decode_attention_refuses_shapes_it_does_not_read():
@@ -243,11 +287,10 @@ def test_a_failed_build_warns_once_and_falls_back_to_onednn(tmp_path):
 
 VARIANT = """
 import sys, torch
-from torch.utils.cpp_extension import load
+from pathlib import Path
 from steer_widgets import native
 flags = ["-O3", "-ffp-contract=off", "-fopenmp", *sys.argv[2:]]
-load("rowwise_variant", [str(native.SOURCE)], extra_cflags=flags, extra_ldflags=["-fopenmp"],
-     build_directory=sys.argv[1], is_python_module=False)
+native.build("kernels_variant", Path(sys.argv[1]), flags)
 op = torch.ops.steer_widgets.rowwise_linear
 for n, k in [(1, 1), (17, 33), (130, 576), (49, 1100)]:
     w, x = torch.randn(n, k), torch.randn(9, k)

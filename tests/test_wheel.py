@@ -15,11 +15,12 @@ from pathlib import Path
 
 import pytest
 
+from steer_widgets import native
+
 ROOT = Path(__file__).resolve().parents[1]
 WHEEL = f"steer_widgets-{version('steer_widgets')}-py3-none-any.whl"
 DATA = [
     "steer_widgets/py.typed",
-    "steer_widgets/csrc/rowwise_linear.cpp",
     "steer_widgets/saes/quality.json",
     "steer_widgets/data/neutral.json",
     "steer_widgets/saes/10-smollm2-res-4k/cfg.json",
@@ -31,6 +32,8 @@ DATA = [
     "steer_widgets/widgets/presets/music-weekend.json",
     "steer_widgets/static/embed-amd.js",
     "steer_widgets/static/LICENSES.txt",
+    # every source and header the kernel builds from (the installed package compiles it)
+    *(f"steer_widgets/csrc/{p.name}" for p in (*native.SOURCES, *native.HEADERS)),
 ]
 CHECK_INSTALLED = """
 import sys, importlib.resources as res, steer_widgets as sw

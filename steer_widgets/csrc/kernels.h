@@ -1,0 +1,52 @@
+// The kernels on plain pointers (no torch): ops.cpp checks tensors and calls these; the
+// sanitizer harness (tests/native/tsan_harness.cpp) calls them without torch or OpenMP.
+// `threads` is how many threads of the pool (pool.h) a call may use, the caller included.
+// Every kernel computes each output whole on one thread in a fixed order, so no result
+// depends on `threads`, on how the work was split, or on the other rows of a batch.
+#pragma once
+
+#include <cstdint>
+
+namespace sw {
+
+// y [M, N] = x [M, K] @ W.T (+ bias [N]), W packed as [ceil(N/16), K, 16] floats
+void float_linear(const float* x, const float* packed, const float* bias, float* y, int64_t M,
+                  int64_t K, int64_t N, int64_t threads);
+
+enum QType : int64_t { kQ4_0 = 2, kQ4_1 = 3, kQ8_0 = 8 };  // ggml's type ids
+constexpr int64_t kQK = 32;  // weights per GGUF block along k
+constexpr int64_t quant_group_bytes(int64_t t) {  // bytes per 16 columns x 32 k
+  return (t == kQ4_1 ? 64 : 32) + (t == kQ8_0 ? 16 * kQK : 8 * kQK);
+}
+
+// y [M, N] = x [M, K] @ W.T (+ bias), W as GGUF blocks packed [ceil(N/16), K/32, group bytes]
+void quant_linear(const float* x, const uint8_t* packed, const float* bias, float* y, int64_t M,
+                  int64_t K, int64_t N, int64_t qtype, int64_t threads);
+
+// row `id` of the quantized matrix, dequantized into y [K]
+void quant_row(const uint8_t* packed, int64_t id, int64_t K, int64_t qtype, float* y);
+
+// y [M, D] = w * (x * rsqrt(mean(x^2) + eps)) for each row of x [M, D]
+void rms_norm(const float* x, const float* w, float* y, int64_t M, int64_t D, float eps);
+
+// Rotary embedding: x [B, T, H, D] with strides xs (the last one 1), cos and signed sin
+// [T, R]; y [B, T, H, D] contiguous
+void rotary(const float* x, const int64_t* xs, const float* cos, const float* sin, float* y,
+            int64_t B, int64_t T, int64_t H, int64_t D, int64_t R);
+
+constexpr int64_t kMaxHead = 256;  // the largest head causal_attention reads
+
+// Causal attention of T positions: q [B, H, T, D] (strides qs0, qs1, qs2) over keys and
+// values [B, Hkv, L, D] (strides ks and vs), y [B, H, T, D] contiguous; D a multiple of 16 up
+// to kMaxHead. Query t sits at position start + t and attends the keys up to that position
+// (and, with window > 0, the last `window` of them): each (row, head, position) is computed
+// alone in the same fixed order, so a prefill's position equals that position decoded alone.
+struct AttentionShape {
+  int64_t B, H, Hkv, T, L, D;
+  int64_t qs0, qs1, qs2, ks0, ks1, ks2, vs0, vs1, vs2;
+  int64_t start, window;
+};
+void causal_attention(const float* q, const float* k, const float* v, float* y,
+                      const AttentionShape& s, float scale, int64_t threads);
+
+}  // namespace sw

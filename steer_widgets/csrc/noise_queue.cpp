@@ -1,0 +1,101 @@
+// The queue of noise_queue.h.
+#include "noise_queue.h"
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include <pthread.h>
+
+namespace sw {
+
+struct NoiseQueue::Job {
+  Job(int64_t size, Draw d) : n(size), draw(std::move(d)) {}
+
+  // one more chunk (block: after the one another thread is drawing); false once none is left
+  bool step(bool block, std::atomic<int64_t>& open) {
+    std::unique_lock<std::mutex> lock(m, std::defer_lock);
+    if (block) {
+      lock.lock();
+    } else if (!lock.try_lock()) {
+      return false;
+    }
+    if (next >= n) return false;
+    const int64_t end = std::min(n, next + kChunk);
+    draw(next, end);
+    next = end;
+    if (next == n) open.fetch_sub(1, std::memory_order_acq_rel);
+    return true;
+  }
+
+  void cancel(std::atomic<int64_t>& open) {
+    std::lock_guard<std::mutex> lock(m);
+    if (next < n) open.fetch_sub(1, std::memory_order_acq_rel);
+    next = n;
+  }
+
+  const int64_t n;
+  const Draw draw;
+  int64_t next = 0;  // draws made, under m
+  std::mutex m;
+};
+
+namespace {
+NoiseQueue*& instance() {
+  static NoiseQueue* queue = new NoiseQueue();
+  return queue;
+}
+}  // namespace
+
+NoiseQueue& NoiseQueue::get() {
+  static const bool once = [] {
+    pthread_atfork(nullptr, nullptr, [] { instance() = new NoiseQueue(); });
+    return true;
+  }();
+  (void)once;
+  return *instance();
+}
+
+int64_t NoiseQueue::submit(int64_t n, Draw draw) {
+  auto job = std::make_shared<Job>(n, std::move(draw));
+  std::lock_guard<std::mutex> lock(m_);
+  const int64_t ticket = next_ticket_++;
+  jobs_.emplace(ticket, job);
+  if (n > 0) open_.fetch_add(1, std::memory_order_release);
+  return ticket;
+}
+
+bool NoiseQueue::finish(int64_t ticket) {
+  auto job = take(ticket);
+  if (!job) return false;
+  while (job->step(true, open_)) {
+  }
+  return true;
+}
+
+void NoiseQueue::cancel(int64_t ticket) {
+  if (auto job = take(ticket)) job->cancel(open_);
+}
+
+bool NoiseQueue::step() {
+  if (!pending()) return false;
+  std::vector<std::shared_ptr<Job>> jobs;
+  {
+    std::lock_guard<std::mutex> lock(m_);
+    for (auto& entry : jobs_) jobs.push_back(entry.second);
+  }
+  for (auto& job : jobs)
+    if (job->step(false, open_)) return true;
+  return false;
+}
+
+std::shared_ptr<NoiseQueue::Job> NoiseQueue::take(int64_t ticket) {
+  std::lock_guard<std::mutex> lock(m_);
+  auto it = jobs_.find(ticket);
+  if (it == jobs_.end()) return nullptr;
+  auto job = it->second;
+  jobs_.erase(it);
+  return job;
+}
+
+}  // namespace sw

@@ -1,0 +1,58 @@
+// Idle work for the pool's workers: ordered draws, chunk by chunk (no torch).
+//
+// A sampled decode step draws Exp(1) noise over the vocabulary for every sampling row (the
+// draw torch.multinomial makes), serially from that row's generator: 1.8 ms a row on one
+// core, about an eighth of a decode step of the default model (2026-12-02). The draw depends
+// on nothing the step computes, so the next step's draws are queued before the model runs,
+// and the pool's workers draw them in chunks between the kernel calls they would otherwise
+// spin through; whoever needs a draw finishes it. A job's chunks are drawn in order, one
+// thread at a time (the job's own lock), so a draw that consumes a generator element by
+// element gives the bits of one draw over the whole range, whoever drew which chunk.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+
+namespace sw {
+
+class NoiseQueue {
+ public:
+  // draw(begin, end) draws elements [begin, end), called with begin ascending from 0
+  using Draw = std::function<void(int64_t, int64_t)>;
+
+  static NoiseQueue& get();  // never destroyed; a forked child starts with no jobs
+
+  // a job of n draws; its ticket for finish or cancel
+  int64_t submit(int64_t n, Draw draw);
+
+  // the job's remaining chunks drawn on the calling thread (after a chunk another thread is
+  // drawing), then forgotten; false for an unknown ticket (finished, cancelled, or begun in
+  // a parent process)
+  bool finish(int64_t ticket);
+
+  // the job dropped where it stands; a chunk being drawn elsewhere ends first
+  void cancel(int64_t ticket);
+
+  // a worker's turn: one chunk of the oldest job nobody is drawing; false if there was none
+  bool step();
+
+  // whether any job has draws left
+  bool pending() const { return open_.load(std::memory_order_acquire) > 0; }
+
+  static constexpr int64_t kChunk = 512;  // draws per chunk: ~20 us, the most a kernel call waits
+
+ private:
+  struct Job;
+  std::shared_ptr<Job> take(int64_t ticket);
+
+  std::mutex m_;
+  std::map<int64_t, std::shared_ptr<Job>> jobs_;  // by ticket: the oldest first
+  int64_t next_ticket_ = 1;
+  std::atomic<int64_t> open_{0};  // jobs with draws left
+};
+
+}  // namespace sw

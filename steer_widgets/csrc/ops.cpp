@@ -1,0 +1,264 @@
+// torch.ops.steer_widgets.*: the kernels of kernels.h and the noise queue, bound to tensors.
+// Each op checks its tensors (a named error before any work), then calls the pointer-level
+// kernel with the calling thread's kernel thread count. Plain ATen and the op registry, no
+// Python headers: that keeps the one-time build short.
+#include <ATen/Parallel.h>
+#include <ATen/core/Generator.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
+#include <c10/core/InferenceMode.h>
+#include <torch/library.h>
+
+#include <optional>
+#include <utility>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "kernels.h"
+#include "noise_queue.h"
+#include "pool.h"
+#include "simd.h"
+
+namespace {
+
+// Threads the kernels use for a call from this thread: torch's count (at::get_num_threads(),
+// which reads the calling thread's OpenMP count), or the count it had before openmp_threads
+// lowered that for torch's own ops.
+thread_local int64_t kernel_threads = 0;
+int64_t threads_for_kernels() {
+  return kernel_threads > 0 ? kernel_threads : at::get_num_threads();
+}
+
+// the bias pointer (nullptr for none), checked against n_out
+const float* bias_of(const std::optional<at::Tensor>& bias, int64_t n_out) {
+  if (!bias.has_value()) return nullptr;
+  TORCH_CHECK(bias->dim() == 1 && bias->size(0) == n_out && bias->is_contiguous() &&
+                  bias->scalar_type() == at::kFloat,
+              "bias must be a contiguous float32 [n_out]");
+  return bias->data_ptr<float>();
+}
+
+// y [..., n_out] for x [..., K]
+at::Tensor output_of(const at::Tensor& x, int64_t n_out) {
+  auto sizes = x.sizes().vec();
+  sizes.back() = n_out;
+  return at::empty(sizes, x.options());
+}
+
+// x [..., K] and packed [ceil(N/16), K, 16] (fp32): returns x @ W.T (+ bias), [..., N]. The
+// bias is added in the same pass, and x is flattened to rows (a copy only where it is not
+// contiguous) here rather than in Python: a decode step makes a few hundred of these calls.
+at::Tensor linear(const at::Tensor& x_in, const at::Tensor& packed, int64_t n_out,
+                  const std::optional<at::Tensor>& bias) {
+  TORCH_CHECK(x_in.dim() >= 1 && packed.dim() == 3, "x must be [..., K], packed [N/16, K, 16]");
+  TORCH_CHECK(x_in.scalar_type() == at::kFloat && packed.scalar_type() == at::kFloat,
+              "float32 only");
+  TORCH_CHECK(packed.is_contiguous(), "the packed weight must be contiguous");
+  const int64_t K = packed.size(1), blocks = packed.size(0);
+  TORCH_CHECK(x_in.size(-1) == K && packed.size(2) == sw::kBlock, "packed weight does not fit x");
+  TORCH_CHECK(blocks == (n_out + sw::kBlock - 1) / sw::kBlock, "packed weight does not match n_out");
+  const at::Tensor x = x_in.reshape({-1, K}).contiguous();
+  const float* bp = bias_of(bias, n_out);
+  auto y = output_of(x_in, n_out);
+  sw::float_linear(x.data_ptr<float>(), packed.data_ptr<float>(), bp, y.data_ptr<float>(),
+                   x.size(0), K, n_out, threads_for_kernels());
+  return y;
+}
+
+void check_quant(const at::Tensor& packed, int64_t qtype, int64_t K) {
+  TORCH_CHECK(qtype == sw::kQ4_0 || qtype == sw::kQ4_1 || qtype == sw::kQ8_0,
+              "qtype must be 2, 3 or 8");
+  TORCH_CHECK(packed.scalar_type() == at::kByte && packed.is_contiguous() && packed.dim() == 3,
+              "packed must be contiguous uint8 [N/16, K/32, bytes]");
+  TORCH_CHECK(K % sw::kQK == 0 && packed.size(1) == K / sw::kQK &&
+                  packed.size(2) == sw::quant_group_bytes(qtype),
+              "packed weight does not fit K and qtype");
+}
+
+// x [..., K] (fp32) times a quantized weight packed as [ceil(N/16), K/32, bytes] (uint8):
+// x @ W.T (+ bias), [..., N], W dequantized as gguf does it.
+at::Tensor quant_linear(const at::Tensor& x_in, const at::Tensor& packed, int64_t n_out,
+                        int64_t qtype, const std::optional<at::Tensor>& bias) {
+  TORCH_CHECK(x_in.dim() >= 1 && x_in.scalar_type() == at::kFloat, "x must be float32 [..., K]");
+  const int64_t K = x_in.size(-1);
+  check_quant(packed, qtype, K);
+  TORCH_CHECK(packed.size(0) == (n_out + sw::kBlock - 1) / sw::kBlock,
+              "packed weight does not match n_out");
+  const at::Tensor x = x_in.reshape({-1, K}).contiguous();
+  const float* bp = bias_of(bias, n_out);
+  auto y = output_of(x_in, n_out);
+  sw::quant_linear(x.data_ptr<float>(), packed.data_ptr<uint8_t>(), bp, y.data_ptr<float>(),
+                   x.size(0), K, n_out, qtype, threads_for_kernels());
+  return y;
+}
+
+// Rows `ids` (int64 [...]) of the quantized matrix, dequantized: [..., K] float32 (the
+// embedding lookup of a tied Q8_0 embedding, and the dense copy when one is wanted).
+at::Tensor quant_rows(const at::Tensor& packed, const at::Tensor& ids_in, int64_t K,
+                      int64_t qtype) {
+  check_quant(packed, qtype, K);
+  TORCH_CHECK(ids_in.scalar_type() == at::kLong, "ids must be int64");
+  const at::Tensor ids = ids_in.contiguous();
+  auto sizes = ids.sizes().vec();
+  sizes.push_back(K);
+  auto y = at::empty(sizes, packed.options().dtype(at::kFloat));
+  const int64_t n = ids.numel(), rows = packed.size(0) * sw::kBlock;
+  const int64_t* ip = ids.data_ptr<int64_t>();
+  for (int64_t j = 0; j < n; ++j) {
+    TORCH_CHECK(ip[j] >= 0 && ip[j] < rows, "row id out of range");
+    sw::quant_row(packed.data_ptr<uint8_t>(), ip[j], K, qtype, y.data_ptr<float>() + j * K);
+  }
+  return y;
+}
+
+// RMSNorm of each row of x [..., D] (fp32; copied only where not contiguous), w [D].
+at::Tensor rms_norm(const at::Tensor& x_in, const at::Tensor& w, double eps) {
+  TORCH_CHECK(x_in.dim() >= 1 && w.dim() == 1 && x_in.size(-1) == w.size(0),
+              "x must be [..., D], w [D]");
+  TORCH_CHECK(x_in.scalar_type() == at::kFloat && w.scalar_type() == at::kFloat, "float32 only");
+  TORCH_CHECK(w.is_contiguous(), "w must be contiguous");
+  const at::Tensor x = x_in.contiguous();
+  const int64_t D = x.size(-1), M = D ? x.numel() / D : 0;
+  auto y = at::empty_like(x);
+  sw::rms_norm(x.data_ptr<float>(), w.data_ptr<float>(), y.data_ptr<float>(), M, D,
+               static_cast<float>(eps));
+  return y;
+}
+
+// Rotary embedding of x [B, T, H, D] (fp32, each head contiguous, any other strides: the q and
+// k heads of a fused qkv are read in place) with cos and signed sin [T, R] (R <= D, even),
+// into a new contiguous tensor.
+at::Tensor rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
+  TORCH_CHECK(x.dim() == 4 && cos.dim() == 2 && sin.sizes() == cos.sizes(),
+              "x must be [B, T, H, D], cos and sin [T, R]");
+  TORCH_CHECK(x.scalar_type() == at::kFloat && cos.scalar_type() == at::kFloat &&
+                  sin.scalar_type() == at::kFloat,
+              "float32 only");
+  TORCH_CHECK(x.stride(3) == 1 && cos.is_contiguous() && sin.is_contiguous(),
+              "x's heads and cos and sin must be contiguous");
+  const int64_t B = x.size(0), T = x.size(1), H = x.size(2), D = x.size(3), R = cos.size(1);
+  TORCH_CHECK(cos.size(0) == T && R <= D && R % 2 == 0, "cos and sin do not fit x");
+  auto y = at::empty({B, T, H, D}, x.options());
+  const int64_t strides[3] = {x.stride(0), x.stride(1), x.stride(2)};
+  sw::rotary(x.data_ptr<float>(), strides, cos.data_ptr<float>(), sin.data_ptr<float>(),
+             y.data_ptr<float>(), B, T, H, D, R);
+  return y;
+}
+
+// Causal attention of T positions: q [B, H, T, D] over keys and values [B, Hkv, L, D] (each
+// position's D contiguous, any other strides: a slice of the KV cache or of a fused qkv is
+// read in place), H a multiple of Hkv (grouped-query heads share their group's keys), scale
+// applied to q.k. Query t sits at position start + t (start + T <= L) and attends the keys
+// up to it, the last `window` of them where window > 0. Returns [B, H, T, D].
+at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            double scale, int64_t start, int64_t window) {
+  TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.sizes() == k.sizes(),
+              "q must be [B, H, T, D], k and v [B, Hkv, L, D]");
+  TORCH_CHECK(q.scalar_type() == at::kFloat && k.scalar_type() == at::kFloat &&
+                  v.scalar_type() == at::kFloat,
+              "float32 only");
+  const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
+  const int64_t Hkv = k.size(1), L = k.size(2);
+  TORCH_CHECK(k.size(0) == B && k.size(3) == D && Hkv > 0 && H % Hkv == 0,
+              "k and v do not fit q");
+  TORCH_CHECK(T > 0 && start >= 0 && start + T <= L && window >= 0,
+              "positions start..start+T must lie within the L keys");
+  TORCH_CHECK(D % sw::kBlock == 0 && D <= sw::kMaxHead,
+              "head size must be a multiple of 16, at most 256");
+  TORCH_CHECK(q.stride(3) == 1 && k.stride(3) == 1 && v.stride(3) == 1,
+              "the last dim of q, k and v must be contiguous");
+  auto y = at::empty({B, H, T, D}, q.options());
+  sw::AttentionShape shape{};
+  shape.B = B, shape.H = H, shape.Hkv = Hkv, shape.T = T, shape.L = L, shape.D = D;
+  shape.qs0 = q.stride(0), shape.qs1 = q.stride(1), shape.qs2 = q.stride(2);
+  shape.ks0 = k.stride(0), shape.ks1 = k.stride(1), shape.ks2 = k.stride(2);
+  shape.vs0 = v.stride(0), shape.vs1 = v.stride(1), shape.vs2 = v.stride(2);
+  shape.start = start, shape.window = window;
+  sw::causal_attention(q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(),
+                       y.data_ptr<float>(), shape, static_cast<float>(scale),
+                       threads_for_kernels());
+  return y;
+}
+
+// One decode position (q [B, H, 1, D]) over all L keys: causal_attention's last position.
+at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            double scale) {
+  TORCH_CHECK(q.dim() == 4 && q.size(2) == 1 && k.dim() == 4 && k.size(2) > 0,
+              "q must be [B, H, 1, D], k and v [B, Hkv, L, D]");
+  return causal_attention(q, k, v, scale, k.size(2) - 1, 0);
+}
+
+// Fills out (float32, 1-D, contiguous) with gen's next Exp(1) draws, as out.exponential_(1,
+// gen) would, on the pool's workers while they are idle; returns a ticket for noise_finish
+// (which completes the draw on the calling thread) or noise_cancel. Until then nothing else
+// may draw from gen. Each chunk is torch's own exponential_ on a slice: exponential_ draws
+// the generator's values element by element, so the chunks in order give the bits of one
+// exponential_ over the whole tensor.
+int64_t noise_start(const at::Tensor& out, const std::optional<at::Generator>& gen) {
+  TORCH_CHECK(out.dim() == 1 && out.is_contiguous() && out.scalar_type() == at::kFloat &&
+                  out.device().is_cpu(),
+              "out must be a contiguous 1-D float32 CPU tensor");
+  TORCH_CHECK(gen.has_value() && gen->device().is_cpu(), "a CPU generator is needed");
+  auto draw = [out, g = *gen](int64_t begin, int64_t end) mutable {
+    c10::InferenceMode guard;  // the tensor may have been made in inference mode
+    out.slice(0, begin, end).exponential_(1.0, g);
+  };
+  const int64_t ticket = sw::NoiseQueue::get().submit(out.numel(), std::move(draw));
+  sw::pool_nudge(threads_for_kernels());
+  return ticket;
+}
+
+void noise_finish(int64_t ticket) {
+  TORCH_CHECK(sw::NoiseQueue::get().finish(ticket), "no noise job ", ticket,
+              " (finished already, or begun in a parent process)");
+}
+
+void noise_cancel(int64_t ticket) { sw::NoiseQueue::get().cancel(ticket); }
+
+// Sets the calling thread's OpenMP thread count (torch's own ops read it) and returns the
+// previous one. Unlike torch.set_num_threads it touches nothing else: not the default of
+// threads started later, not MKL's or the pthreadpool's sizes. The kernels keep the count
+// the thread had before it was first lowered (at::get_num_threads() would read the lowered
+// one) until it is set back to that count.
+int64_t openmp_threads(int64_t n) {
+  TORCH_CHECK(n >= 1, "n must be at least 1");
+#ifdef _OPENMP
+  const int64_t before = omp_get_max_threads();
+  if (kernel_threads == 0 && n < before) kernel_threads = before;
+  if (n == kernel_threads) kernel_threads = 0;
+  omp_set_num_threads(static_cast<int>(n));
+  return before;
+#else
+  return 1;
+#endif
+}
+
+// The threads the kernels use for a call from the calling thread.
+int64_t kernel_thread_count() { return threads_for_kernels(); }
+
+// The pool's worker threads started so far.
+int64_t pool_workers() { return sw::pool_workers(); }
+
+}  // namespace
+
+TORCH_LIBRARY(steer_widgets, m) {
+  m.def("rowwise_linear(Tensor x, Tensor packed, int n_out, Tensor? bias=None) -> Tensor", &linear);
+  m.def("rms_norm(Tensor x, Tensor w, float eps) -> Tensor", &rms_norm);
+  m.def("rotary(Tensor x, Tensor cos, Tensor sin) -> Tensor", &rotary);
+  m.def("decode_attention(Tensor q, Tensor k, Tensor v, float scale) -> Tensor",
+        &decode_attention);
+  m.def("causal_attention(Tensor q, Tensor k, Tensor v, float scale, int start, int window) -> Tensor",
+        &causal_attention);
+  m.def("quant_linear(Tensor x, Tensor packed, int n_out, int qtype, Tensor? bias=None) -> Tensor",
+        &quant_linear);
+  m.def("quant_rows(Tensor packed, Tensor ids, int K, int qtype) -> Tensor", &quant_rows);
+  m.def("openmp_threads(int n) -> int", &openmp_threads);
+  m.def("kernel_threads() -> int", &kernel_thread_count);
+  m.def("pool_workers() -> int", &pool_workers);
+  m.def("noise_start(Tensor out, Generator? gen) -> int", &noise_start);
+  m.def("noise_finish(int ticket) -> ()", &noise_finish);
+  m.def("noise_cancel(int ticket) -> ()", &noise_cancel);
+}

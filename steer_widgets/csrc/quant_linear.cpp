@@ -1,0 +1,294 @@
+// quant_linear and quant_row of kernels.h: GGUF blocks read as they ship.
+//
+// The same products with the weight read as GGUF quantized blocks (Q4_0, Q4_1, Q8_0: 32
+// weights along k share an f16 scale d, and for Q4_1 an f16 min m). Packed once at load
+// (quant.py) as [N/16][K/32][bytes]: per 16 output columns and 32 k, the 16 scales (f16), the
+// 16 mins (Q4_1), then the 16 columns' codes, 16 bytes per load: 8-bit, one k (signed bytes,
+// column i in byte i); 4-bit, two k (column i of k in the low nibble of byte i, of k + 1 in
+// its high one), so one zero-extending load and a mask or a shift give each line.
+// Each weight is dequantized in registers to the float32 value gguf.quants computes in numpy
+// (Q4_0: d * (q - 8); Q4_1: (d * q) + m; Q8_0: q * d), and then enters the same in-order
+// fused multiply-add chain as the float32 kernel (float_tiles.h): the bits of that kernel on the
+// dequantized matrix. The product d * q is always exact in float32 (an 11-bit half
+// significand times an integer of at most 8 bits, far from overflow and underflow), so
+// Q4_1's (d * q) + m rounds once whether the add is separate or fused: the vector paths
+// fuse it (one instruction less per weight line), the scalar one keeps numpy's two steps.
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "float_tiles.h"
+#include "kernels.h"
+#include "pool.h"
+
+namespace sw {
+namespace {
+
+
+// Groups ahead to prefetch, every cache line of each (a Q4_1 group is five lines, a Q8_0
+// one eight and a half): with one line per group, as the float32 kernel's one line per k,
+// a decode step read the blocks at half the rate (16.3 against 10.5 ms per step for the
+// default model, one thread, 2026-12-01); farther ahead measured no better.
+constexpr int64_t kQPrefetch = 1;
+
+constexpr int64_t scale_bytes(int64_t t) { return t == kQ4_1 ? 64 : 32; }
+constexpr int64_t lines_per_load(int64_t t) { return t == kQ8_0 ? 1 : 2; }  // 16 bytes each
+constexpr int64_t group_bytes(int64_t t) { return quant_group_bytes(t); }
+
+// f16 -> f32, exact (subnormal halves are normal floats; inf and NaN are refused at load)
+inline float half_to_float(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
+  float f;
+  if (exp == 0) {
+    f = std::ldexp(static_cast<float>(mant), -24);
+    return sign ? -f : f;
+  }
+  const uint32_t bits = sign | ((exp == 31 ? 255u : exp + 112u) << 23) | (mant << 13);
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+// the code of column i at k = kk (0..31) of a group, from the group's codes
+inline float code(int64_t t, const uint8_t* codes, int64_t kk, int64_t i) {
+  if (t == kQ8_0) return static_cast<float>(static_cast<int8_t>(codes[kk * 16 + i]));
+  const uint8_t byte = codes[kk / 2 * 16 + i];
+  const int q = kk % 2 ? (byte >> 4) : (byte & 0x0f);
+  return static_cast<float>(t == kQ4_0 ? q - 8 : q);
+}
+
+inline float dequant_one(int64_t t, const uint8_t* group, int64_t kk, int64_t i) {
+  uint16_t h[2];
+  std::memcpy(&h[0], group + 2 * i, 2);
+  const float d = half_to_float(h[0]);
+  const float q = code(t, group + scale_bytes(t), kk, i);
+  if (t != kQ4_1) return d * q;
+  std::memcpy(&h[1], group + 32 + 2 * i, 2);
+  return d * q + half_to_float(h[1]);  // no contraction: -ffp-contract=off
+}
+
+struct Scales {
+  Vec d, m;
+};
+
+#if defined(__AVX512F__)
+inline Vec halves(const uint8_t* p) {
+  return {_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)))};
+}
+template <int64_t T>
+inline Vec scaled(__m512i qi, const Scales& s) {
+  if constexpr (T == kQ4_0) qi = _mm512_sub_epi32(qi, _mm512_set1_epi32(8));
+  const __m512 q = _mm512_cvtepi32_ps(qi);
+  // one rounding either way: d * q is exact (see above), so the fused form has the bits
+  // of gguf's separate multiply and add
+  return {T == kQ4_1 ? _mm512_fmadd_ps(s.d.v, q, s.m.v) : _mm512_mul_ps(q, s.d.v)};
+}
+// the lines_per_load(T) weight lines of one 16-byte load
+template <int64_t T>
+inline void dequant(const uint8_t* p, const Scales& s, Vec* out) {
+  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  if constexpr (T == kQ8_0) {
+    out[0] = scaled<T>(_mm512_cvtepi8_epi32(v), s);
+  } else {
+    const __m512i b = _mm512_cvtepu8_epi32(v);
+    out[0] = scaled<T>(_mm512_and_si512(b, _mm512_set1_epi32(0x0f)), s);
+    out[1] = scaled<T>(_mm512_srli_epi32(b, 4), s);
+  }
+}
+#elif defined(__AVX2__) && defined(__FMA__)
+inline Vec halves(const uint8_t* p) {
+#if defined(__F16C__)
+  const __m128i lo = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  const __m128i hi = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16));
+  return {_mm256_cvtph_ps(lo), _mm256_cvtph_ps(hi)};
+#else
+  alignas(32) float f[kBlock];
+  for (int64_t i = 0; i < kBlock; ++i) {
+    uint16_t h;
+    std::memcpy(&h, p + 2 * i, 2);
+    f[i] = half_to_float(h);
+  }
+  return load(f);
+#endif
+}
+template <int64_t T>
+inline Vec scaled(__m256i a, __m256i b, const Scales& s) {
+  if constexpr (T == kQ4_0) {
+    a = _mm256_sub_epi32(a, _mm256_set1_epi32(8));
+    b = _mm256_sub_epi32(b, _mm256_set1_epi32(8));
+  }
+  const __m256 qa = _mm256_cvtepi32_ps(a), qb = _mm256_cvtepi32_ps(b);
+  if constexpr (T == kQ4_1)  // d * q is exact: the fused form has gguf's bits (see above)
+    return {_mm256_fmadd_ps(s.d.lo, qa, s.m.lo), _mm256_fmadd_ps(s.d.hi, qb, s.m.hi)};
+  return {_mm256_mul_ps(qa, s.d.lo), _mm256_mul_ps(qb, s.d.hi)};
+}
+// the lines_per_load(T) weight lines of one 16-byte load
+template <int64_t T>
+inline void dequant(const uint8_t* p, const Scales& s, Vec* out) {
+  const __m128i lo8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
+  const __m128i hi8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 8));
+  if constexpr (T == kQ8_0) {
+    out[0] = scaled<T>(_mm256_cvtepi8_epi32(lo8), _mm256_cvtepi8_epi32(hi8), s);
+  } else {
+    const __m256i a = _mm256_cvtepu8_epi32(lo8), b = _mm256_cvtepu8_epi32(hi8);
+    const __m256i nib = _mm256_set1_epi32(0x0f);
+    out[0] = scaled<T>(_mm256_and_si256(a, nib), _mm256_and_si256(b, nib), s);
+    out[1] = scaled<T>(_mm256_srli_epi32(a, 4), _mm256_srli_epi32(b, 4), s);
+  }
+}
+#else
+inline Vec halves(const uint8_t* p) {
+  Vec v;
+  for (int64_t i = 0; i < kBlock; ++i) {
+    uint16_t h;
+    std::memcpy(&h, p + 2 * i, 2);
+    v.f[i] = half_to_float(h);
+  }
+  return v;
+}
+template <int64_t T>
+inline void dequant(const uint8_t* p, const Scales& s, Vec* out) {
+  for (int64_t j = 0; j < lines_per_load(T); ++j)
+    for (int64_t i = 0; i < kBlock; ++i) {
+      const float dq = s.d.f[i] * code(T, p, j, i);
+      out[j].f[i] = T == kQ4_1 ? dq + s.m.f[i] : dq;
+    }
+}
+#endif
+
+inline Scales scales_of(int64_t t, const uint8_t* group) {
+  return {halves(group), t == kQ4_1 ? halves(group + 32) : zero()};
+}
+
+// R rows times C column blocks from block b, dequantizing each weight line once for all rows
+// (decode: the weights stream from memory once, in their quantized size).
+template <int64_t T, int R, int C>
+void qtile(const float* x, const uint8_t* w, const float* bias, float* y, int64_t K, int64_t N,
+           int64_t b) {
+  constexpr int64_t G = group_bytes(T), P = lines_per_load(T), S = scale_bytes(T);
+  const int64_t groups = K / kQK;
+  Vec acc[R][C];
+  for (int r = 0; r < R; ++r)
+    for (int c = 0; c < C; ++c) acc[r][c] = zero();
+  for (int64_t g = 0; g < groups; ++g) {
+    const uint8_t* grp[C];
+    Scales s[C];
+    for (int c = 0; c < C; ++c) {
+      grp[c] = w + ((b + c) * groups + g) * G;
+      for (int64_t o = 0; o < G; o += 64) __builtin_prefetch(grp[c] + kQPrefetch * G + o);
+      s[c] = scales_of(T, grp[c]);
+    }
+    for (int64_t kk = 0; kk < kQK; kk += P) {
+      Vec lines[C][P];
+      for (int c = 0; c < C; ++c) dequant<T>(grp[c] + S + kk / P * 16, s[c], lines[c]);
+      for (int64_t j = 0; j < P; ++j) {  // k ascending, as the float32 kernel
+        Vec wk[C];
+        for (int c = 0; c < C; ++c) wk[c] = lines[c][j];
+        step<R, C>(x, K, g * kQK + kk + j, wk, acc);
+      }
+    }
+  }
+  finish<R, C>(acc, bias, y, N, b);
+}
+
+// Column block b dequantized whole into `panel` ([K][16] floats, the float32 packing), for
+// many rows (prefill): the float32 tiles then run on it unchanged.
+template <int64_t T>
+void dequant_panel(const uint8_t* w, int64_t K, int64_t b, float* panel) {
+  constexpr int64_t G = group_bytes(T), P = lines_per_load(T), S = scale_bytes(T);
+  const int64_t groups = K / kQK;
+  for (int64_t g = 0; g < groups; ++g) {
+    const uint8_t* grp = w + (b * groups + g) * G;
+    const Scales s = scales_of(T, grp);
+    for (int64_t kk = 0; kk < kQK; kk += P) {
+      Vec v[P];
+      dequant<T>(grp + S + kk / P * 16, s, v);
+      std::memcpy(panel + (g * kQK + kk) * kBlock, v, sizeof v);
+    }
+  }
+}
+
+using QTileFn = void (*)(const float*, const uint8_t*, const float*, float*, int64_t, int64_t,
+                        int64_t);
+template <int64_t T, int R, int... Cs>
+constexpr std::array<QTileFn, sizeof...(Cs)> qtiles_of(std::integer_sequence<int, Cs...>) {
+  return {qtile<T, R, Cs + 1>...};
+}
+template <int64_t T, int W, int... Rs>
+constexpr auto qtiles(std::integer_sequence<int, Rs...>) {
+  return std::array{qtiles_of<T, Rs + 1>(std::make_integer_sequence<int, W>{})...};
+}
+template <int64_t T>
+constexpr auto kQWideTiles = qtiles<T, kWide>(std::make_integer_sequence<int, kWideRows>{});
+template <int64_t T>
+constexpr auto kQTiles = qtiles<T, kTile>(std::make_integer_sequence<int, kRows>{});
+
+// Up to this many rows (decode rows), each group of kRows dequantizes the weights again in
+// registers; more (a prefill), each column block is dequantized once into a panel.
+constexpr int64_t kPanelRows = 2 * kRows;
+
+template <int64_t T>
+void qlinear(const float* xp, const uint8_t* wp, const float* bp, float* yp, int64_t M, int64_t K,
+             int64_t n_out, int64_t threads) {
+  const int64_t blocks = (n_out + kBlock - 1) / kBlock;
+  const int64_t grain = linear_grain(M, K);
+  if (M <= kWideRows) {
+    parallel_for(threads, 0, blocks, grain, [&](int64_t b0, int64_t b1) {
+      for (int64_t b = b0; b < b1; b += kWide) {
+        const int cols = static_cast<int>(std::min<int64_t>(kWide, b1 - b));
+        kQWideTiles<T>[M - 1][cols - 1](xp, wp, bp, yp, K, n_out, b);
+      }
+    });
+    return;
+  }
+  if (M <= kPanelRows) {
+    parallel_for(threads, 0, blocks, grain, [&](int64_t b0, int64_t b1) {
+      for (int64_t b = b0; b < b1; b += kTile) {
+        const int cols = static_cast<int>(std::min<int64_t>(kTile, b1 - b));
+        for (int64_t m = 0; m < M; m += kRows) {
+          const int rows = static_cast<int>(std::min<int64_t>(kRows, M - m));
+          kQTiles<T>[rows - 1][cols - 1](xp + m * K, wp, bp, yp + m * n_out, K, n_out, b);
+        }
+      }
+    });
+    return;
+  }
+  parallel_for(threads, 0, blocks, 1, [&](int64_t b0, int64_t b1) {
+    std::vector<float> panel(static_cast<size_t>(kTile * K * kBlock));
+    for (int64_t b = b0; b < b1; b += kTile) {
+      const int cols = static_cast<int>(std::min<int64_t>(kTile, b1 - b));
+      for (int c = 0; c < cols; ++c) dequant_panel<T>(wp, K, b + c, panel.data() + c * K * kBlock);
+      // the float32 tile reads block b at w + b * K * 16: point w there at the panel
+      const float* w = panel.data() - b * K * kBlock;
+      for (int64_t m = 0; m < M; m += kRows) {
+        const int rows = static_cast<int>(std::min<int64_t>(kRows, M - m));
+        kTiles[rows - 1][cols - 1](xp + m * K, w, bp, yp + m * n_out, K, n_out, b);
+      }
+    }
+  });
+}
+
+
+}  // namespace
+
+void quant_linear(const float* x, const uint8_t* packed, const float* bias, float* y, int64_t M,
+                  int64_t K, int64_t N, int64_t qtype, int64_t threads) {
+  if (M == 0) return;
+  if (qtype == kQ4_1) qlinear<kQ4_1>(x, packed, bias, y, M, K, N, threads);
+  else if (qtype == kQ8_0) qlinear<kQ8_0>(x, packed, bias, y, M, K, N, threads);
+  else qlinear<kQ4_0>(x, packed, bias, y, M, K, N, threads);
+}
+
+void quant_row(const uint8_t* packed, int64_t id, int64_t K, int64_t qtype, float* y) {
+  const int64_t groups = K / kQK, G = group_bytes(qtype);
+  const int64_t b = id / kBlock, i = id % kBlock;
+  for (int64_t g = 0; g < groups; ++g) {
+    const uint8_t* grp = packed + (b * groups + g) * G;
+    for (int64_t kk = 0; kk < kQK; ++kk) y[g * kQK + kk] = dequant_one(qtype, grp, kk, i);
+  }
+}
+
+}  // namespace sw

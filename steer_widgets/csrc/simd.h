@@ -1,0 +1,103 @@
+// The 16-float line every kernel computes with, for the instruction set this build targets
+// (AVX-512, AVX2 with FMA, or portable C++), and the tile shapes that fit its registers.
+// Tile shapes change speed only, never a result: every output is one in-order chain of fused
+// multiply-adds whatever the shape.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+#include <immintrin.h>
+#endif
+
+namespace sw {
+
+constexpr int64_t kBlock = 16;  // output columns per packed block, floats per line
+
+// Tile shapes (rows sharing each weight load x column blocks at once) fit the registers;
+// they change speed only, never a result. Up to kWideRows rows take kWide column blocks at
+// once: each block is its own stream from memory, and one row is bound by how many streams
+// the memory system has in flight (a Xeon, one thread: a row's products 3-5% faster at 8).
+constexpr int kWideRows = 2;
+#if defined(__AVX512F__)
+constexpr int kRows = 6, kTile = 4;  // 24 accumulators + 4 weight lines of 32 registers
+constexpr int kWide = 8;  // two rows: 16 accumulators + 8 weight lines
+struct Vec {
+  __m512 v;
+};
+inline Vec zero() { return {_mm512_setzero_ps()}; }
+inline Vec load(const float* p) { return {_mm512_loadu_ps(p)}; }
+inline Vec fma(float a, const Vec& w, const Vec& acc) {
+  return {_mm512_fmadd_ps(_mm512_set1_ps(a), w.v, acc.v)};
+}
+inline Vec fmav(const Vec& a, const Vec& b, const Vec& acc) {
+  return {_mm512_fmadd_ps(a.v, b.v, acc.v)};
+}
+inline float hsum(const Vec& v) { return _mm512_reduce_add_ps(v.v); }  // a fixed tree
+// y = acc (+ bias): one rounded add, as torch's separate ``out + bias`` (the same bits)
+inline void store(float* p, const Vec& v, int64_t n, const float* bias) {
+  const auto mask = static_cast<__mmask16>(n == kBlock ? 0xffffu : (1u << n) - 1);
+  const __m512 out = bias ? _mm512_add_ps(v.v, _mm512_maskz_loadu_ps(mask, bias)) : v.v;
+  _mm512_mask_storeu_ps(p, mask, out);
+}
+#elif defined(__AVX2__) && defined(__FMA__)
+constexpr int kRows = 3, kTile = 2;  // 12 + 4 of 16 registers (a block is two of them)
+constexpr int kWide = kTile;
+struct Vec {
+  __m256 lo, hi;
+};
+inline Vec zero() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
+inline Vec load(const float* p) { return {_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)}; }
+inline Vec fma(float a, const Vec& w, const Vec& acc) {
+  const __m256 b = _mm256_set1_ps(a);
+  return {_mm256_fmadd_ps(b, w.lo, acc.lo), _mm256_fmadd_ps(b, w.hi, acc.hi)};
+}
+inline Vec fmav(const Vec& a, const Vec& b, const Vec& acc) {
+  return {_mm256_fmadd_ps(a.lo, b.lo, acc.lo), _mm256_fmadd_ps(a.hi, b.hi, acc.hi)};
+}
+inline float hsum(const Vec& v) {  // a fixed tree
+  const __m256 s8 = _mm256_add_ps(v.lo, v.hi);
+  const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+  const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+  return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
+}
+inline void store(float* p, const Vec& v, int64_t n, const float* bias) {
+  alignas(32) float tmp[kBlock];
+  _mm256_store_ps(tmp, v.lo);
+  _mm256_store_ps(tmp + 8, v.hi);
+  for (int64_t i = 0; i < n; ++i) p[i] = bias ? tmp[i] + bias[i] : tmp[i];
+}
+#else
+constexpr int kRows = 4, kTile = 1, kWide = 1;
+struct Vec {
+  float f[kBlock];
+};
+inline Vec zero() { return Vec{}; }
+inline Vec load(const float* p) {
+  Vec v;
+  std::copy(p, p + kBlock, v.f);
+  return v;
+}
+inline Vec fma(float a, const Vec& w, const Vec& acc) {
+  Vec out;
+  for (int64_t i = 0; i < kBlock; ++i) out.f[i] = std::fma(a, w.f[i], acc.f[i]);
+  return out;
+}
+inline Vec fmav(const Vec& a, const Vec& b, const Vec& acc) {
+  Vec out;
+  for (int64_t i = 0; i < kBlock; ++i) out.f[i] = std::fma(a.f[i], b.f[i], acc.f[i]);
+  return out;
+}
+inline float hsum(Vec v) {  // a fixed tree
+  for (int64_t half = kBlock / 2; half > 0; half /= 2)
+    for (int64_t i = 0; i < half; ++i) v.f[i] += v.f[i + half];
+  return v.f[0];
+}
+inline void store(float* p, const Vec& v, int64_t n, const float* bias) {
+  for (int64_t i = 0; i < n; ++i) p[i] = bias ? v.f[i] + bias[i] : v.f[i];
+}
+#endif
+
+}  // namespace sw

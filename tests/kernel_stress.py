@@ -1,0 +1,161 @@
+"""Stress of the native kernels at one thread count, bit for bit against one thread.
+
+``python tests/kernel_stress.py --threads 4 --seconds 5`` builds a fixed set of calls on the
+default model's widths (float32 and GGUF-quantized products of 1 to 13 rows and 16 to 4,096
+columns, causal attention of 1 to 9 positions over 1 to 300 keys, RMSNorm, rotary, queued sampling noise),
+computes every call's result at one thread, then repeats the calls in a random order at
+``--threads`` for ``--seconds`` and prints one JSON line: calls and wrong results per op.
+Calls of few and of many column blocks alternate, so the pool's workers keep meeting calls
+they take no part in, the window where a pool can race. A crash is the process dying: run
+it in a subprocess (``tests/test_kernel_threads.py`` does, at 1-16 threads).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+
+import numpy as np
+import torch
+
+from steer_widgets import native, quant
+
+Call = Callable[[], torch.Tensor]
+
+
+def _blocks(name: str, n: int, k: int, rng: np.random.Generator) -> np.ndarray:
+    """GGUF rows of random codes with finite, modest f16 scales (and mins)."""
+    _, size = quant.TYPES[name]
+    blocks = rng.integers(0, 256, (n, k // 32, size), dtype=np.uint8)
+    for off in (0, 2) if name == "Q4_1" else (0,):
+        scales = (rng.standard_normal(blocks.shape[:2]) * 0.01).astype(np.float16)
+        blocks[..., off : off + 2] = scales.view(np.uint8).reshape(*blocks.shape[:2], 2)
+    return blocks.reshape(n, -1)
+
+
+def float_calls(gen: torch.Generator, rng: random.Random) -> dict[str, Call]:
+    calls: dict[str, Call] = {}
+    for k in (64, 576, 1536):
+        for n in (16, 40, 192, 576, 1536, 4096):
+            if k == 1536 and n == 4096:
+                continue
+            packed = native.pack(torch.randn(n, k, generator=gen) / k**0.5)
+            bias = torch.randn(n, generator=gen) if rng.random() < 0.5 else None
+            for m in sorted({1, 2, 3, rng.randint(4, 13)}):
+                x = torch.randn(m, k, generator=gen)
+                calls[f"linear {m}x{k}->{n}"] = lambda x=x, p=packed, n=n, b=bias: native.linear(
+                    x, p, n, b
+                )
+    return calls
+
+
+def quant_calls(gen: torch.Generator, rng: random.Random) -> dict[str, Call]:
+    calls: dict[str, Call] = {}
+    nrng = np.random.default_rng(rng.randrange(1 << 30))
+    for name in quant.SUPPORTED:
+        for k, n in ((576, 48), (576, 576), (576, 1536), (1536, 576), (576, 4096)):
+            lin = quant.QuantLinear(_blocks(name, n, k, nrng), name, k)
+            for m in sorted({1, 2, rng.randint(3, 12), 13}):  # wide, tile and panel paths
+                x = torch.randn(m, k, generator=gen)
+                calls[f"{name} {m}x{k}->{n}"] = lambda x=x, lin=lin: lin(x)
+    return calls
+
+
+def other_calls(gen: torch.Generator, rng: random.Random) -> dict[str, Call]:
+    calls: dict[str, Call] = {}
+    for b in (1, 2, 5, 8):
+        for length in (1, 17, 300):
+            for t, window in {(1, 0), (min(length, 9), 0), (min(length, 9), 8)}:
+                q = torch.randn(b, 9, t, 64, generator=gen)
+                kv = torch.randn(2, b, 3, length + 4, 64, generator=gen)[..., :length, :]
+                calls[f"attention b{b} L{length} T{t} w{window}"] = (
+                    lambda q=q, k=kv[0], v=kv[1], s=length - t, w=window: native.causal_attention(
+                        q, k, v, 0.125, s, w
+                    )
+                )
+    for m in (1, 7):
+        x, w = torch.randn(m, 576, generator=gen), torch.randn(576, generator=gen)
+        calls[f"rms_norm {m}"] = lambda x=x, w=w: native.rms_norm(x, w, 1e-5)
+        xr = torch.randn(m, 3, 9, 64, generator=gen)
+        cos, sin = torch.randn(2, 3, 64, generator=gen)
+        calls[f"rotary {m}"] = lambda x=xr, c=cos, s=sin: native.rotary(x, c, s)
+    for size in (1, 513, 49152):
+        seed = rng.randrange(1 << 30)
+        calls[f"noise {size}"] = lambda size=size, seed=seed: _noise(size, seed)
+    return calls
+
+
+def _noise(size: int, seed: int) -> torch.Tensor:
+    out = torch.empty(size)
+    native.noise_finish(native.noise_start(out, torch.Generator().manual_seed(seed)))
+    return out
+
+
+def build(seed: int) -> dict[str, Call]:
+    gen, rng = torch.Generator().manual_seed(seed), random.Random(seed)
+    return {**float_calls(gen, rng), **quant_calls(gen, rng), **other_calls(gen, rng)}
+
+
+def run(threads: int, seconds: float, seed: int) -> dict:
+    """Every call's result at one thread, then calls in random order at ``threads``, with
+    noise draws queued between them (as a sampled decode step queues them)."""
+    assert native.extension() is not None, "the native kernel did not build"
+    torch.set_num_threads(1)
+    calls = build(seed)
+    want, cost = {}, {}
+    for name, call in calls.items():
+        start = time.perf_counter()
+        want[name] = call()
+        cost[name] = time.perf_counter() - start
+    torch.set_num_threads(threads)
+    names, rng = sorted(calls), random.Random(seed + threads)
+    # cheap calls more often: more calls, and more of them with fewer chunks than threads
+    weights = [1 / max(cost[n], 1e-6) ** 0.5 for n in names]
+    done, wrong = Counter(), Counter()
+    examples: list[str] = []
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        queued = [(torch.empty(4096), rng.randrange(1 << 30)) for _ in range(rng.randint(0, 3))]
+        tickets = [native.noise_start(o, torch.Generator().manual_seed(s)) for o, s in queued]
+        for name in rng.choices(names, weights, k=64):
+            got = calls[name]()
+            op = name.split()[0]
+            done[op] += 1
+            if not torch.equal(got, want[name]):
+                wrong[op] += 1
+                err = (got - want[name]).abs().max().item()
+                examples.append(f"{name}: max error {err:.3g}")
+        for (out, s), ticket in zip(queued, tickets, strict=True):
+            native.noise_finish(ticket)
+            done["queued noise"] += 1
+            ref = torch.empty(4096).exponential_(1, generator=torch.Generator().manual_seed(s))
+            if not torch.equal(out, ref):
+                wrong["queued noise"] += 1
+    return {
+        "threads": threads,
+        "kernel_threads": native.kernel_threads(),
+        "seconds": seconds,
+        "calls": sum(done.values()),
+        "wrong": sum(wrong.values()),
+        "calls_by_op": dict(done),
+        "wrong_by_op": dict(wrong),
+        "examples": examples[:10],
+    }
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, required=True)
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    print(json.dumps(run(args.threads, args.seconds, args.seed)), flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,220 @@
+// ThreadSanitizer harness for the native kernels' pool, noise queue and kernels, without
+// torch or OpenMP (neither is instrumented). Built by tests/test_kernel_threads.py with
+// -fsanitize=thread together with steer_widgets/csrc's torch-free sources.
+//
+// For each thread count it runs calls of varying shapes (float32 and quantized products,
+// decode attention) and compares each bit for bit with the same call at one thread, while a
+// second caller thread makes calls of its own (it runs them alone: one caller uses the pool
+// at a time) and noise jobs are queued for the idle workers. Noise jobs draw an
+// order-dependent sequence (each element a step of one generator), so a chunk drawn out of
+// order or twice shows. Prints "ok <calls>" and exits 0, or names the first mismatch and
+// exits 1; ThreadSanitizer itself reports races on stderr (and exits 66 with
+// TSAN_OPTIONS=exitcode=66).
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kernels.h"
+#include "noise_queue.h"
+#include "pool.h"
+
+namespace {
+
+struct Case {
+  std::string name;
+  int64_t kind;  // 0 float, 1 quantized, 2 attention
+  int64_t M, K, N, qtype;
+  std::vector<float> x, w, bias;
+  std::vector<uint8_t> qw;
+  sw::AttentionShape shape;
+  std::vector<float> want;
+};
+
+std::vector<float> randn(std::mt19937& rng, size_t n) {
+  std::normal_distribution<float> dist;
+  std::vector<float> v(n);
+  for (auto& f : v) f = dist(rng);
+  return v;
+}
+
+// finite f16 scales (exponent below 31), random codes
+std::vector<uint8_t> quant_blocks(std::mt19937& rng, int64_t N, int64_t K, int64_t qtype) {
+  const int64_t blocks = (N + 15) / 16, groups = K / sw::kQK, G = sw::quant_group_bytes(qtype);
+  std::vector<uint8_t> out(static_cast<size_t>(blocks * groups * G));
+  for (auto& b : out) b = static_cast<uint8_t>(rng());
+  const int64_t scale_bytes = qtype == sw::kQ4_1 ? 64 : 32;
+  for (int64_t g = 0; g < blocks * groups; ++g)
+    for (int64_t i = 0; i < scale_bytes; i += 2) out[g * G + i + 1] &= 0x3b;  // exponent < 31
+  return out;
+}
+
+void run_case(const Case& c, std::vector<float>& y, int64_t threads) {
+  const float* bias = c.bias.empty() ? nullptr : c.bias.data();
+  if (c.kind == 0) {
+    sw::float_linear(c.x.data(), c.w.data(), bias, y.data(), c.M, c.K, c.N, threads);
+  } else if (c.kind == 1) {
+    sw::quant_linear(c.x.data(), c.qw.data(), bias, y.data(), c.M, c.K, c.N, c.qtype, threads);
+  } else {
+    const float* q = c.x.data();
+    const float* k = c.w.data();
+    const float* v = k + c.w.size() / 2;
+    sw::causal_attention(q, k, v, y.data(), c.shape, 0.125f, threads);
+  }
+}
+
+std::vector<Case> build(std::mt19937& rng) {
+  std::vector<Case> cases;
+  for (int64_t K : {64, 576}) {
+    for (int64_t N : {16, 40, 192, 1536}) {
+      for (int64_t M : {1, 2, 5, 13}) {
+        Case c{"float " + std::to_string(M) + "x" + std::to_string(K) + "->" + std::to_string(N),
+               0, M, K, N, 0};
+        c.x = randn(rng, M * K);
+        c.w = randn(rng, (N + 15) / 16 * 16 * K);
+        if (M % 2) c.bias = randn(rng, N);
+        cases.push_back(std::move(c));
+        for (int64_t qtype : {sw::kQ4_0, sw::kQ4_1, sw::kQ8_0}) {
+          Case q{"quant" + std::to_string(qtype) + " " + std::to_string(M) + "x" +
+                     std::to_string(K) + "->" + std::to_string(N),
+                 1, M, K, N, qtype};
+          q.x = randn(rng, M * K);
+          q.qw = quant_blocks(rng, N, K, qtype);
+          cases.push_back(std::move(q));
+        }
+      }
+    }
+  }
+  for (int64_t B : {1, 3, 8}) {
+    for (int64_t L : {1, 40, 300}) {
+      for (int64_t T : {int64_t{1}, std::min<int64_t>(L, 7)}) {  // a decode step, a prefill
+        Case a{"attention b" + std::to_string(B) + " L" + std::to_string(L) + " T" +
+                   std::to_string(T),
+               2, B, 0, 0, 0};
+        const int64_t H = 9, Hkv = 3, D = 64;
+        sw::AttentionShape& s = a.shape;
+        s = sw::AttentionShape{};
+        s.B = B, s.H = H, s.Hkv = Hkv, s.T = T, s.L = L, s.D = D;
+        s.qs0 = H * T * D, s.qs1 = T * D, s.qs2 = D;
+        s.ks0 = s.vs0 = Hkv * L * D, s.ks1 = s.vs1 = L * D, s.ks2 = s.vs2 = D;
+        s.start = L - T, s.window = T > 1 ? 16 : 0;
+        a.x = randn(rng, B * H * T * D);
+        a.w = randn(rng, 2 * B * Hkv * L * D);
+        a.N = H * T * D;  // output floats per row
+        cases.push_back(std::move(a));
+      }
+    }
+  }
+  return cases;
+}
+
+size_t out_size(const Case& c) { return static_cast<size_t>(c.M * c.N); }
+
+// an order-dependent draw: element i is the generator's i-th step
+struct Sequence {
+  explicit Sequence(uint64_t seed) : state(seed) {}
+  float next() {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    return static_cast<float>(state >> 40);
+  }
+  uint64_t state;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int rounds = argc > 1 ? std::atoi(argv[1]) : 3;
+  std::mt19937 rng(7);
+  auto cases = build(rng);
+  for (auto& c : cases) {
+    c.want.assign(out_size(c), 0.0f);
+    run_case(c, c.want, 1);
+  }
+  std::atomic<bool> stop{false};
+  std::atomic<int64_t> wrong{0}, calls{0};
+  // a second caller: its calls run alone (or on the pool when it is free), never wrong
+  std::thread other([&] {
+    std::mt19937 r(11);
+    std::vector<float> y;
+    while (!stop.load()) {
+      const Case& c = cases[r() % cases.size()];
+      y.assign(out_size(c), 0.0f);
+      run_case(c, y, 4);
+      if (std::memcmp(y.data(), c.want.data(), y.size() * sizeof(float))) ++wrong;
+      ++calls;
+    }
+  });
+  for (int64_t threads : {2, 3, 4, 8, 16}) {
+    for (int round = 0; round < rounds; ++round) {
+      // noise jobs for the idle workers, finished after this round's calls
+      std::vector<std::vector<float>> outs;
+      std::vector<uint64_t> seeds;
+      std::vector<int64_t> tickets;
+      const int jobs = static_cast<int>(rng() % 3);
+      outs.resize(jobs);
+      for (int j = 0; j < jobs; ++j) {
+        outs[j].assign(1 + rng() % 3000, -1.0f);
+        seeds.push_back(rng());
+      }
+      std::vector<Sequence> gens;
+      for (int j = 0; j < jobs; ++j) gens.emplace_back(seeds[j]);
+      for (int j = 0; j < jobs; ++j) {
+        float* out = outs[j].data();
+        Sequence* gen = &gens[j];
+        tickets.push_back(sw::NoiseQueue::get().submit(
+            static_cast<int64_t>(outs[j].size()), [out, gen](int64_t b, int64_t e) {
+              for (int64_t i = b; i < e; ++i) out[i] = gen->next();
+            }));
+      }
+      sw::pool_nudge(threads);
+      std::vector<float> y;
+      for (size_t i = 0; i < cases.size(); ++i) {
+        const Case& c = cases[(i * 7 + round) % cases.size()];
+        y.assign(out_size(c), 0.0f);
+        run_case(c, y, threads);
+        ++calls;
+        if (std::memcmp(y.data(), c.want.data(), y.size() * sizeof(float))) {
+          std::fprintf(stderr, "wrong: %s at %lld threads\n", c.name.c_str(),
+                       static_cast<long long>(threads));
+          ++wrong;
+        }
+      }
+      for (int j = jobs - 1; j >= 0; --j) {  // finished in another order than queued
+        if (!sw::NoiseQueue::get().finish(tickets[j])) ++wrong;
+        Sequence ref(seeds[j]);
+        for (float f : outs[j])
+          if (f != ref.next()) {
+            std::fprintf(stderr, "wrong: noise job %d at %lld threads\n", j,
+                         static_cast<long long>(threads));
+            ++wrong;
+            break;
+          }
+      }
+      ++calls;
+    }
+  }
+  // a cancelled job is dropped; an unknown ticket is refused
+  std::vector<float> big(100000);
+  Sequence seq(3);
+  const int64_t t = sw::NoiseQueue::get().submit(100000, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) big[i] = seq.next();
+  });
+  sw::pool_nudge(4);
+  sw::NoiseQueue::get().cancel(t);
+  if (sw::NoiseQueue::get().finish(t)) ++wrong;
+  stop = true;
+  other.join();
+  if (wrong.load()) {
+    std::printf("wrong %lld of %lld\n", static_cast<long long>(wrong.load()),
+                static_cast<long long>(calls.load()));
+    return 1;
+  }
+  std::printf("ok %lld\n", static_cast<long long>(calls.load()));
+  return 0;
+}

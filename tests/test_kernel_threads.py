@@ -1,0 +1,87 @@
+"""The native kernels at every thread count users have: the stress (``kernel_stress.py``)
+bit for bit against one thread, each count in its own process so a crash is a failure, and
+the pool, noise queue and kernels under ThreadSanitizer with no report.
+
+This machine has 2 cores; 3-16 threads here are oversubscribed, which only widens the
+windows a race needs. ``SW_STRESS_SECONDS`` sets the stress per thread count (default 3;
+``make sanitize`` runs 60 and a longer sanitizer run)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from steer_widgets import native
+
+ROOT = Path(__file__).resolve().parents[1]
+STRESS = Path(__file__).parent / "kernel_stress.py"
+HARNESS = Path(__file__).parent / "native" / "tsan_harness.cpp"
+SECONDS = float(os.environ.get("SW_STRESS_SECONDS", "3"))
+TSAN_ROUNDS = int(os.environ.get("SW_TSAN_ROUNDS", "2"))
+
+pytestmark = pytest.mark.skipif(native.extension() is None, reason="no C++ compiler here")
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3, 4, 8, 16])
+def test_stress_at_every_thread_count_equals_one_thread(threads):
+    proc = subprocess.run(
+        [sys.executable, str(STRESS), "--threads", str(threads), "--seconds", str(SECONDS)],
+        capture_output=True, text=True, timeout=300 + 2 * SECONDS, cwd=ROOT,
+    )  # fmt: skip
+    assert proc.returncode == 0, f"the stress died (rc {proc.returncode}): {proc.stderr[-2000:]}"
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report["kernel_threads"] == threads
+    ops = {"linear", "Q4_0", "Q4_1", "Q8_0", "attention", "rms_norm", "rotary", "noise"}
+    assert ops | {"queued noise"} <= set(report["calls_by_op"]), report["calls_by_op"]
+    assert report["wrong"] == 0, report
+
+
+def tsan_build(out: Path) -> Path:
+    """The harness and csrc's torch-free sources, built with -fsanitize=thread."""
+    cxx = os.environ.get("CXX", "g++")
+    if shutil.which(cxx) is None:
+        pytest.skip(f"no C++ compiler ({cxx})")
+    torch_free = [native.CSRC / n for n in ("pool.cpp", "noise_queue.cpp")]
+    torch_free += [p for p in native.SOURCES if p.name not in ("ops.cpp",) and p not in torch_free]
+    binary = out / "tsan_harness"
+    cmd = [cxx, "-std=c++17", "-O1", "-g", "-fsanitize=thread", "-march=native",
+           "-ffp-contract=off", "-pthread", f"-I{native.CSRC}", *map(str, torch_free),
+           str(HARNESS), "-o", str(binary)]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return binary
+
+
+def test_thread_sanitizer_reports_nothing(tmp_path):
+    binary = tsan_build(tmp_path)
+    env = dict(os.environ, TSAN_OPTIONS="exitcode=66 halt_on_error=0 second_deadlock_stack=1")
+    proc = subprocess.run(
+        [str(binary), str(TSAN_ROUNDS)], capture_output=True, text=True, timeout=900, env=env
+    )
+    assert "ThreadSanitizer" not in proc.stderr, proc.stderr[-6000:]
+    assert proc.returncode == 0 and proc.stdout.startswith("ok "), (proc.stdout, proc.stderr)
+
+
+def test_the_pool_starts_one_worker_fewer_than_the_largest_count(tmp_path):
+    """A fresh process: 1 thread starts no worker, 8 threads start 7, and 3 afterwards
+    reuses them (a smaller count never shrinks the pool; any worker may claim a chunk)."""
+    script = """
+import torch
+from steer_widgets import native
+x, packed = torch.randn(4, 576), native.pack(torch.randn(4096, 576))
+seen = []
+for n in (1, 8, 3):
+    torch.set_num_threads(n)
+    native.linear(x, packed, 4096)
+    seen.append(native.pool_workers())
+print(seen)
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "[0, 7, 7]"
