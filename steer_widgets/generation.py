@@ -16,8 +16,10 @@ changes no token and costs one softmax and one top-k over the vocabulary per row
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -155,15 +157,15 @@ def decode(
         last = _prefill(model, prompt, rows, cache)
         cache.length = len(prompt_ids)
         logits = torch.stack(last).float().cpu()  # one device-to-host copy per step, not per row
-        for _ in range(n_new):
+        for step in range(n_new):
             if cancel is not None and cancel.is_set():
                 return
             with native.one_openmp_thread():
                 tokens, probs = _sample_step(samplers, rows, done, logits)
             done = [d or t in stop_ids for d, t in zip(done, tokens, strict=True)]
             yield Step(tokens, list(done), probs)
-            if all(done) or cache.length >= cache.capacity:
-                return
+            if all(done) or step == n_new - 1 or cache.length >= cache.capacity:
+                return  # no forward pass for a token nobody will sample
             _prefetch(samplers, rows, done)  # drawn while the model runs
             feed = torch.tensor([[t if t is not None else 0] for t in tokens], device=model.device)
             logits = model.forward(feed, cache, hooks=hooks)[:, -1].float().cpu()
@@ -305,7 +307,7 @@ class RowSampler:
         while the model runs (1.8 ms a row on one core otherwise, an eighth of a decode step of
         the default model): the same values, drawn in the same order from this row's
         generator. A no-op for greedy rows, with a draw queued, or without the kernel."""
-        if self.draws and self._queued is None:
+        if self.draws and self._queued is None and draws_are_torchs():
             out = torch.empty(self.vocab)
             ticket = native.noise_start(out, self.gen)
             self._queued = None if ticket is None else (ticket, out)
@@ -334,9 +336,37 @@ class RowSampler:
             scaled = logits / self.s.temperature
             if self.s.freq_penalty > 0:
                 scaled = scaled - self.s.freq_penalty * self.counts
-            token = _multinomial(torch.softmax(scaled, dim=-1), self.noise())
+            probs = torch.softmax(scaled, dim=-1)
+            if draws_are_torchs():
+                token = _multinomial(probs, self.noise())
+            else:  # another torch: its own call, on the row's generator (no queued noise)
+                token = int(torch.multinomial(probs, 1, generator=self.gen))
         self.counts[token] += 1
         return token
+
+
+@functools.cache
+def draws_are_torchs() -> bool:
+    """Whether ``torch.multinomial``'s one-sample path is the first argmax of ``probs /
+    noise`` with ``noise`` one ``exponential_`` draw on the same generator (what rows
+    compute, so that the noise can be queued), checked once per process. It holds for torch
+    2.13; where it does not, rows call ``torch.multinomial`` themselves (the same tokens,
+    without queued noise) and one warning says so."""
+    vocab, ok = 4099, True
+    for seed in range(4):
+        logits = torch.randn(vocab, generator=torch.Generator().manual_seed(seed)) * 3
+        probs = torch.softmax(logits, -1)
+        want = int(torch.multinomial(probs, 1, generator=torch.Generator().manual_seed(seed)))
+        noise = torch.empty(vocab).exponential_(1, generator=torch.Generator().manual_seed(seed))
+        ok &= _multinomial(probs, noise) == want
+    if not ok:
+        warnings.warn(
+            f"torch {torch.__version__} samples unlike torch 2.13: rows call torch.multinomial "
+            "(the same tokens, without queued noise)",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+    return bool(ok)
 
 
 def _multinomial(probs: Tensor, noise: Tensor) -> int:

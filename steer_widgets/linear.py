@@ -5,7 +5,7 @@ takes a matrix-vector kernel and with two or more a matrix-matrix kernel, and th
 differently; for a steering tool that means DEFAULT generated beside STEERED is not DEFAULT
 generated alone. Three kernels avoid that:
 
-* ``"native"`` (the CPU default): our own kernel (``native.py``, ``csrc/rowwise_linear.cpp``,
+* ``"native"`` (the CPU default): our own kernel (``native.py``, ``csrc/``,
   compiled for this CPU on first use) on a weight packed once into 16-column blocks. Every
   output is one fused multiply-add chain over the reduction in a fixed order, so a row is
   exact alone by construction, for any row count, prefill included; rows share each weight

@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import importlib.util
 import os
 import platform
 import shutil
@@ -64,6 +65,13 @@ def _cpu_tag() -> str:
     return hashlib.sha1(key.encode()).hexdigest()[:12]
 
 
+FAILED = "build-failed.txt"  # in the build folder: the toolchain a build failed with, and why
+
+
+class BuildFailed(RuntimeError):
+    """The kernel could not be built here (remembered: later starts do not retry it)."""
+
+
 @functools.cache
 def extension() -> Callable[[Tensor, Tensor, int], Tensor] | None:
     """The compiled op (built once per machine and cached), or None with one warning."""
@@ -81,14 +89,37 @@ def extension() -> Callable[[Tensor, Tensor, int], Tensor] | None:
         return None
 
 
+def _toolchain() -> str:
+    """What a build needs besides the sources (the compiler torch calls, ninja): a failed build
+    is retried once this changes, say when a compiler is installed."""
+    cxx = os.environ.get("CXX", "c++")
+    ninja = shutil.which("ninja") or importlib.util.find_spec("ninja") is not None
+    return f"cxx={shutil.which(cxx) or cxx!r} ninja={bool(ninja)}"
+
+
 def _build() -> None:
     folder = build_dir()
     folder.mkdir(parents=True, exist_ok=True)
+    marker = folder / FAILED
+    if marker.exists() and not any(folder.glob("*.so")):
+        toolchain, _, reason = marker.read_text().partition("\n")
+        if toolchain == _toolchain():
+            raise BuildFailed(
+                f"an earlier build with this toolchain failed, remove {marker} to retry: {reason}"
+            )
     if not any(folder.glob("*.so")):
         print(
             "steer_widgets: compiling the native matrix kernel for this CPU (once)", file=sys.stderr
         )
-    build("steer_widgets_kernels", folder, FLAGS)
+    try:
+        build("steer_widgets_kernels", folder, FLAGS)
+    except Exception as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        scratch = folder / f"{FAILED}.{os.getpid()}"
+        scratch.write_text(f"{_toolchain()}\n{first[:300]}")
+        scratch.replace(marker)  # whole, whichever process writes last
+        raise
+    marker.unlink(missing_ok=True)
 
 
 def build(name: str, folder: Path, flags: list[str]) -> None:
@@ -200,9 +231,31 @@ def noise_start(out: Tensor, gen: torch.Generator) -> int | None:
     drawn while the model runs); a ticket for ``noise_finish``, or None where no runtime of
     this process loaded the kernel (it is never built for this). ``gen`` is the draw's until
     then."""
-    if not hasattr(torch.ops.steer_widgets, "noise_start"):
+    if not hasattr(torch.ops.steer_widgets, "noise_start") or not queue_is_exact():
         return None
     return op("noise_start")(out, gen)
+
+
+@functools.cache
+def queue_is_exact() -> bool:
+    """Whether this torch's ``exponential_`` drawn in the queue's chunks (512 draws each, in
+    order) has the bits of one draw over the whole tensor, checked once per process where
+    the kernel is loaded. It holds for torch 2.13 (it draws element by element); where it
+    does not, ``noise_start`` returns None (rows draw inline) and one warning says so."""
+    ok = True
+    for seed, size in ((0, 4099), (1, 49152)):  # a partial last chunk; a vocabulary
+        queued = torch.empty(size)
+        op("noise_finish")(op("noise_start")(queued, torch.Generator().manual_seed(seed)))
+        once = torch.empty(size).exponential_(1, generator=torch.Generator().manual_seed(seed))
+        ok &= torch.equal(queued, once)
+    if not ok:
+        warnings.warn(
+            f"torch {torch.__version__}: exponential_ in chunks differs from one draw; "
+            "sampling noise is drawn inline",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    return bool(ok)
 
 
 def noise_finish(ticket: int) -> None:

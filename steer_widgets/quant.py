@@ -3,7 +3,7 @@
 A 135M model's GGUF holds its matrices as 4-bit (``Q4_1``) and 8-bit (``Q8_0``) blocks: 97 MB,
 against 538 MB once dequantized to float32. A decode step reads every weight once, so
 reading the blocks instead of their float32 copy reads 5x fewer bytes per token. The kernel
-(``csrc/rowwise_linear.cpp``, ``quant_linear``) dequantizes each weight in registers with
+(``csrc/quant_linear.cpp``) dequantizes each weight in registers with
 the float32 operations gguf's own dequantization uses (``gguf.quants``, which transformers'
 GGUF loader calls), then runs the float32 kernel's fused multiply-add chain: its logits are
 the float32 native path's on the dequantized weights, bit for bit, and rows stay exact.

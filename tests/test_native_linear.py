@@ -273,16 +273,28 @@ print(lin.kernel, Linear(w, kernel="native").kernel)
 """
 
 
-def test_a_failed_build_warns_once_and_falls_back_to_onednn(tmp_path):
-    """No working compiler (CXX points at nothing), in a fresh process and build folder."""
-    env = os.environ | {"STEER_WIDGETS_CACHE": str(tmp_path), "CXX": str(tmp_path / "no-cxx")}
-    out = subprocess.run(
-        [sys.executable, "-c", FALLBACK], env=env, capture_output=True, text=True, check=True
-    )
-    assert out.stdout.split() == ["onednn", "onednn"]
-    warned = [ln for ln in out.stderr.splitlines() if "RuntimeWarning" in ln]
-    assert len(warned) == 1 and 'kernel="native" unavailable' in warned[0], out.stderr
+def test_a_failed_build_warns_once_falls_back_to_onednn_and_is_remembered(tmp_path):
+    """No working compiler (CXX points at nothing), in fresh processes and a fresh build folder:
+    the first start tries the build, later ones remember it failed (no retry, the same one
+    warning), and another toolchain tries again."""
+
+    def start(cxx: str) -> subprocess.CompletedProcess:
+        env = os.environ | {"STEER_WIDGETS_CACHE": str(tmp_path), "CXX": str(tmp_path / cxx)}
+        return subprocess.run(
+            [sys.executable, "-c", FALLBACK], env=env, capture_output=True, text=True, check=True
+        )
+
+    runs = [start("no-cxx"), start("no-cxx"), start("other-cxx")]
+    for out in runs:
+        assert out.stdout.split() == ["onednn", "onednn"]
+        warned = [ln for ln in out.stderr.splitlines() if "RuntimeWarning" in ln]
+        assert len(warned) == 1 and 'kernel="native" unavailable' in warned[0], out.stderr
+    tried = ["compiling the native matrix kernel" in out.stderr for out in runs]
+    assert tried == [True, False, True]
+    assert "an earlier build with this toolchain" in runs[1].stderr
     assert list(tmp_path.iterdir()) == [tmp_path / "ext"]  # it built nowhere else
+    (folder,) = (tmp_path / "ext").iterdir()
+    assert [p.name for p in folder.glob("build-failed*")] == [native.FAILED]
 
 
 VARIANT = """

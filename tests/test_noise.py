@@ -88,3 +88,40 @@ def test_the_pool_draws_queued_noise_while_idle(two_threads):
     assert torch.equal(
         out, torch.empty(49152).exponential_(1, generator=torch.Generator().manual_seed(4))
     )
+
+
+def test_a_torch_whose_chunked_draws_differ_is_detected_and_draws_inline(monkeypatch, two_threads):
+    """``queue_is_exact`` compares the queue's draw with one ``exponential_`` once; where they
+    differ (simulated: chunks drawn last first) ``noise_start`` queues nothing and rows draw
+    inline, the same tokens."""
+    real = native.op
+
+    def chunks_reversed(out, gen):
+        for begin in reversed(range(0, out.numel(), 512)):
+            out[begin : begin + 512].exponential_(1, generator=gen)
+        return 0
+
+    def fake(name):
+        if name == "noise_start":
+            return chunks_reversed
+        return (lambda ticket: None) if name == "noise_finish" else real(name)
+
+    monkeypatch.setattr(native, "op", fake)
+    with pytest.warns(RuntimeWarning, match="differs from one draw"):
+        assert native.queue_is_exact.__wrapped__() is False
+    monkeypatch.setattr(native, "op", real)
+    assert native.queue_is_exact.__wrapped__() is True  # this torch's real queue
+    monkeypatch.setattr(native, "queue_is_exact", lambda: False)
+    assert native.noise_start(torch.empty(10), torch.Generator()) is None
+    vocab, logits = (
+        4000,
+        [torch.randn(4000, generator=torch.Generator().manual_seed(i)) for i in range(8)],
+    )
+    sampling = Sampling(temperature=0.9, seed=2)
+    row, inline = RowSampler(sampling, [1], vocab), RowSampler(sampling, [1], vocab)
+    got = []
+    for step in logits:
+        row.prefetch()
+        assert row._queued is None
+        got.append(row.next(step))
+    assert got == [inline.next(step) for step in logits]

@@ -316,3 +316,29 @@ def test_malformed_records_and_calls_are_named(engine, call, field):
     with pytest.raises(sw.RequestError) as info:
         call(engine)
     assert info.value.field == field
+
+
+def test_a_generation_runs_one_forward_pass_per_token_after_the_prompt(engine, sources):
+    """n tokens take the prefill and n - 1 decode steps: none after the last token (a run
+    once paid one more, 12% of an 8-token run)."""
+    runtime = engine.model.runtime
+    steps = []
+    real = type(runtime).forward
+
+    def counted(self, tokens, *args, **kwargs):
+        if tokens.shape[1] == 1:
+            steps.append(tokens.shape[0])
+        return real(self, tokens, *args, **kwargs)
+
+    request = sw.SteerRequest(
+        "The lighthouse keeper said", features=[sw.Feature(sources[1], 11, 60.0)],
+        n_completion_tokens=8, temperature=0.0, freq_penalty=0.0,
+    )  # fmt: skip
+    engine.clear_caches()
+    try:
+        type(runtime).forward = counted
+        result = engine.steer(request)
+    finally:
+        type(runtime).forward = real
+    n = max(len(c.token_ids) for c in result.outputs.values())
+    assert n == 8 and len(steps) == n - 1, (n, steps)

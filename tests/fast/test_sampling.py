@@ -40,3 +40,28 @@ def test_greedy_rows_draw_no_noise_and_invalid_probabilities_fail_as_multinomial
     sampled = RowSampler(Sampling(temperature=1.0), [1], 10)
     with pytest.raises(RuntimeError, match="inf.*nan"):
         sampled.next(torch.full((10,), float("nan")))
+
+
+def test_a_torch_whose_multinomial_differs_is_detected_and_called_itself(monkeypatch):
+    """``draws_are_torchs`` checks the fast path against torch.multinomial once; where it
+    fails (simulated: a fast path that takes the likeliest token) rows call torch's own."""
+    from steer_widgets import generation
+
+    monkeypatch.setattr(generation, "_multinomial", lambda probs, noise: int(probs.argmax()))
+    with pytest.warns(RuntimeWarning, match="samples unlike torch 2.13"):
+        assert generation.draws_are_torchs.__wrapped__() is False
+    monkeypatch.setattr(generation, "draws_are_torchs", lambda: False)
+    vocab, prompt = 3000, [5, 9]
+    gen = torch.Generator().manual_seed(3)
+    logits = [torch.randn(vocab, generator=gen) * 4 for _ in range(20)]
+    sampling = Sampling(temperature=0.8, freq_penalty=0.5, seed=4)
+    row = RowSampler(sampling, prompt, vocab)
+    row.prefetch()
+    assert row._queued is None  # nothing queued on this path
+    assert [row.next(step) for step in logits] == _reference(logits, sampling, prompt)
+
+
+def test_this_torch_samples_as_the_fast_path_assumes():
+    from steer_widgets.generation import draws_are_torchs
+
+    assert draws_are_torchs.__wrapped__() is True
