@@ -19,6 +19,15 @@ from .errors import RequestError
 
 SUFFIXES = "(?:s|es|ing|ed|er|ers)?"
 MIN_LABEL_WORD = 3  # label words shorter than this ("a", "of", "to") say nothing of a topic
+# Longer words that say nothing of a topic either: function words, and the words feature
+# explanations are written with ("references to cats and kittens", "mentions of rivers").
+NOT_TOPICS = frozenset(
+    "and the for with from that this these those into onto about its are was were their them "
+    "they other such like related relating references reference referring mentions mention "
+    "mentioning terms term words word phrases phrase text texts concepts concept contexts "
+    "context especially including various often when which also use used using tokens token "
+    "specific particular different things thing".split()
+)
 
 
 def mentions(text: str, forms: Sequence[str]) -> bool:
@@ -27,10 +36,11 @@ def mentions(text: str, forms: Sequence[str]) -> bool:
 
 
 def label_words(label: str) -> list[str]:
-    """The whole words of a feature label (``"trees, forest -> leaves"``), once each: what a
-    text steered by that feature should say."""
-    words = re.findall(r"[A-Za-z]+", label or "")
-    return list(dict.fromkeys(w.lower() for w in words if len(w) >= MIN_LABEL_WORD))
+    """The whole words of a feature label (``"trees, forest -> leaves"``, or an explanation
+    such as ``"references to cats and kittens"``), once each, function and explanation words
+    left out: what a text steered by that feature should say."""
+    words = (w.lower() for w in re.findall(r"[A-Za-z]+", label or ""))
+    return list(dict.fromkeys(w for w in words if len(w) >= MIN_LABEL_WORD and w not in NOT_TOPICS))
 
 
 @dataclass(frozen=True)

@@ -202,3 +202,54 @@ def test_transformer_lens_runtime_gives_the_same_attribution(engine):
     assert a.gain == pytest.approx(b.gain, abs=1e-4)
     assert a.rows[0].attribution == pytest.approx(b.rows[0].attribution, abs=1e-4)
     assert [f.index for f in a.features] == [f.index for f in b.features]
+
+
+def test_what_changed_is_read_for_each_steering_not_for_an_object_id(engine, monkeypatch):
+    """Two results with the same tokens and different steering get their own "what changed"
+    even where the second one has the first one's id (Python reuses the ids of collected
+    objects; simulated by making every id the same), as the explorer meets over a long day."""
+    import steer_widgets.explain as explain
+
+    def run(strength: float) -> SteerResult:
+        request = SteerRequest(
+            prompt="The weather today is", features=(Feature("5-smollm2-res-4k", 7, strength),),
+            n_completion_tokens=4, temperature=0,
+        )  # fmt: skip
+        return engine.steer(request)
+
+    weak, weaker = run(2.0), run(1.0)
+    assert weak.outputs["STEERED"].token_ids == weaker.outputs["STEERED"].token_ids
+    monkeypatch.setattr(explain, "id", lambda obj: 1, raising=False)
+    explainer = explain.Explainer(engine)
+    first = explainer.changed_features(weak, SOURCE, 5, "STEERED")
+    second = explainer.changed_features(weaker, SOURCE, 5, "STEERED")
+    alone = explain.Explainer(engine).changed_features(weaker, SOURCE, 5, "STEERED")
+    assert [(r.index, r.steered) for r in second.features] == [
+        (r.index, r.steered) for r in alone.features
+    ]
+    assert [r.steered for r in first.features] != [r.steered for r in second.features]
+
+
+def test_attribution_keeps_no_float32_copy_of_the_model_after_it_returns(
+    engine, by_feature, monkeypatch
+):
+    """The dense weights a backward pass needs live for one attribution only (kept for the
+    model's lifetime they took the quantized default engine from 415 to 1,073 MB)."""
+    import gc
+    import weakref
+
+    import steer_widgets.explain as explain
+
+    made, real = [], explain.dense_weight
+
+    def tracked(lin):
+        w = real(lin)
+        made.append(weakref.ref(w))
+        return w
+
+    monkeypatch.setattr(explain, "dense_weight", tracked)
+    why = engine.attribute(by_feature, "STEERED", position=1)
+    assert why.rows and made
+    gc.collect()
+    assert all(ref() is None for ref in made), sum(ref() is not None for ref in made)
+    assert explain.held_dense_bytes() == 0

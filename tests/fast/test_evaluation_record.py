@@ -97,6 +97,17 @@ def test_judges_score_known_texts():
     assert label_words("vessels, vessel -> boat of") == ["vessels", "vessel", "boat"]
 
 
+def test_an_explanation_label_judges_on_its_topic_words_not_on_and():
+    """A Neuronpedia explanation is a phrase: its function and explanation words would make
+    nearly every text a success (any "and") or none (a "references")."""
+    assert label_words("references to cats and kittens") == ["cats", "kittens"]
+    assert label_words("mentions of rivers, especially in the context of travel") == [
+        "rivers", "travel",
+    ]  # fmt: skip
+    judge = make_judge(None, label_words("references to cats and kittens"))
+    assert judge.score("Salt and pepper.", "p") == 0.0 and judge.score("Two cats.", "p") == 1.0
+
+
 def test_judge_errors_are_named():
     for bad in (5, "ocean", b"x", [], [""], [3]):
         with pytest.raises(RequestError, match="judge"):
