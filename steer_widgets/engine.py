@@ -87,7 +87,7 @@ class Engine:
                 self.saes.add(location)
         self._defaults: OrderedDict[tuple, Completion] = OrderedDict()
         self._analysis = Analysis(self.model, self.saes)
-        self._lock = threading.Lock()  # one decode at a time: the CPU is the bottleneck
+        self._lock = threading.Lock()  # one decode step at a time: the CPU is the bottleneck
         self._active: set[threading.Event] = set()
         self._lock_state = threading.Lock()  # guards _defaults and _active across threads
         stops = {self.tokenizer.eos_id, *getattr(self.model, "stop_ids", ())}
@@ -434,16 +434,16 @@ class Engine:
             self._active.add(cancel)
         step = 0
         try:
-            with self._lock:
-                for step_out in decode(
-                    self.model.runtime, prompt.ids, rows, request.sampling, self.stop_ids, cancel
-                ):
-                    step += 1
-                    _append(step_out, ids, probs)
-                    for r, label in enumerate(labels):
-                        stop = "eos" if step_out.done[r] else ""
-                        outputs[label] = self._completion(ids[r], stop, probs[r])
-                    yield Frame(ordered(outputs, plan.labels), step)
+            steps = decode(
+                self.model.runtime, prompt.ids, rows, request.sampling, self.stop_ids, cancel
+            )
+            for step_out in self._one_step_at_a_time(steps):
+                step += 1
+                _append(step_out, ids, probs)
+                for r, label in enumerate(labels):
+                    stop = "eos" if step_out.done[r] else ""
+                    outputs[label] = self._completion(ids[r], stop, probs[r])
+                yield Frame(ordered(outputs, plan.labels), step)
         finally:
             with self._lock_state:
                 self._active.discard(cancel)
@@ -474,13 +474,28 @@ class Engine:
         with self._lock_state:
             self._active.add(cancel)
         try:
-            with self._lock:
-                yield from decode(
-                    self.model.runtime, prompt_ids, rows, sampling, self.stop_ids, cancel
-                )
+            yield from self._one_step_at_a_time(
+                decode(self.model.runtime, prompt_ids, rows, sampling, self.stop_ids, cancel)
+            )
         finally:
             with self._lock_state:
                 self._active.discard(cancel)
+
+    def _one_step_at_a_time(self, steps: Iterator[Step]) -> Iterator[Step]:
+        """``steps`` with the engine's lock held while each step is computed, not while the
+        caller holds it: a caller that stops iterating (or looks at a frame for long) blocks
+        no other decode, and an attribution asked for meanwhile waits one step at most.
+        Decodes asked for together take turns step by step, each row still exactly its solo
+        run (rows never depend on what else runs)."""
+        try:
+            while True:
+                with self._lock:
+                    step = next(steps, None)
+                if step is None:
+                    return
+                yield step
+        finally:
+            steps.close()  # drops the decode's queued noise now, not at garbage collection
 
     def _cached_default(self, prompt_ids, sampling: Sampling) -> Completion | None:
         with self._lock_state:

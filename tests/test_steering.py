@@ -342,3 +342,34 @@ def test_a_generation_runs_one_forward_pass_per_token_after_the_prompt(engine, s
         type(runtime).forward = real
     n = max(len(c.token_ids) for c in result.outputs.values())
     assert n == 8 and len(steps) == n - 1, (n, steps)
+
+
+def test_a_stream_left_open_blocks_no_other_decode(engine, sources):
+    """A caller that takes a frame and keeps the stream without iterating it (or looks at a
+    frame for long) holds no lock: another decode on another thread finishes meanwhile, and
+    the stream then resumes exactly where it was."""
+    request = sw.SteerRequest(
+        "Rivers of France", features=[sw.Feature(sources[1], 11, 60.0)],
+        n_completion_tokens=6, temperature=0.7, seed=2,
+    )  # fmt: skip
+    other = request.with_(prompt="The Eiffel Tower", seed=9)
+    engine.clear_caches()
+    want = tokens_of(engine.steer(request))
+    want_other = tokens_of(engine.steer(other))
+    engine.clear_caches()
+    stream = engine.steer_stream(request)
+    next(stream)
+    got_other: list = []
+    thread = threading.Thread(
+        target=lambda: got_other.append(tokens_of(engine.steer(other))), daemon=True
+    )
+    thread.start()
+    thread.join(timeout=60)
+    assert not thread.is_alive(), "a decode waited on a stream nobody was iterating"
+    assert got_other == [want_other]
+    frames = list(stream)
+    assert frames[-1].done and {k: c.token_ids for k, c in frames[-1].outputs.items()} == want
+
+
+def tokens_of(result) -> dict:
+    return {label: c.token_ids for label, c in result.outputs.items()}
