@@ -12,13 +12,16 @@ answers) a ``NeuronpediaUnavailable`` says so and callers keep their local label
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import tempfile
 import threading
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from pathlib import Path
 
 from .errors import SteerWidgetsError
 from .paths import cache_dir
@@ -72,15 +75,38 @@ class Explanations:
                 raise NeuronpediaUnavailable(_offline_message())
             for i in missing:
                 have[i] = _description(self.neuronpedia_id, i)
-                self._save(have)
+                self._save({i: have[i]})
         return {i: have[i] for i in wanted}
 
-    def _save(self, explanations: dict[int, str]) -> None:
-        with self._lock:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = self.path.with_suffix(".tmp")
-            tmp.write_text(json.dumps({str(k): v for k, v in sorted(explanations.items())}))
-            tmp.replace(self.path)
+    def _save(self, new: dict[int, str]) -> None:
+        """``new`` merged into the file as it is now (other threads and processes add to it
+        too), under the class lock and a lock file beside it, written through a temporary
+        file of this call's own: no entry is lost and no two writers share a name."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self._lock, _locked(self.path.with_suffix(".lock")):
+            merged = {**self.cached(), **new}
+            text = json.dumps({str(k): v for k, v in sorted(merged.items())})
+            fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=self.path.name, suffix=".tmp")
+            with os.fdopen(fd, "w") as out:
+                out.write(text)
+            os.replace(tmp, self.path)
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """An exclusive lock on ``path`` across processes (flock; where there is none, as on
+    Windows, the class lock alone)."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _offline_message() -> str:
