@@ -471,3 +471,21 @@ def test_picker_finds_steering_features_and_adds_a_concept(engine, source):
     ex.run()
     assert ex.wait(120) and not ex.error, ex.status
     assert "STEERED" in ex.outputs
+
+
+def test_close_ends_the_explorers_worker_and_widgets_and_the_engine_stays_usable(engine, source):
+    ex = make(engine)
+    ex.add_feature(source, 3, strength=30.0)
+    ex.run()
+    assert ex.wait(120) and ex.explain.wait(120)
+    workers = list(ex.explain._worker._threads)  # the explain panel's thread pool
+    assert workers and all(t.is_alive() for t in workers)
+    widgets = [ex.ui, *ex.ui.children]
+    ex.close()
+    for t in workers:
+        t.join(timeout=30)
+    assert not any(t.is_alive() for t in workers), "the explain worker outlived close()"
+    assert all(w.comm is None for w in widgets)  # closed: the front end drops them
+    ex.explain.shown(None, {})  # a late run finishing after close is ignored, not an error
+    request = sw.SteerRequest("Hello", types=("DEFAULT",), n_completion_tokens=2, temperature=0)
+    assert engine.steer(request).outputs["DEFAULT"].token_ids

@@ -60,7 +60,15 @@ class ExplainPanel:
             return
         self._epoch += 1
         epoch = self._epoch
-        self._pending = self._worker.submit(self._refresh, request, dict(outputs), epoch)
+        try:
+            self._pending = self._worker.submit(self._refresh, request, dict(outputs), epoch)
+        except RuntimeError:  # closed: nothing is explained any more
+            self._pending = None
+
+    def close(self) -> None:
+        """Drops queued work and lets the worker thread end (after the item it is on)."""
+        self._epoch += 1
+        self._worker.shutdown(wait=False, cancel_futures=True)
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until the last run's effects and "what changed" are shown."""

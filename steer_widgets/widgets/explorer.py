@@ -123,6 +123,17 @@ class Explorer:
         v.stop_button.on_click(lambda _: self.stop())
         v.record_button.on_click(lambda _: self._toggle_record())
 
+    def close(self, timeout: float | None = 30.0) -> None:
+        """Stops the run and the evaluation, ends the explain panel's worker thread and
+        closes every widget of the explorer (the front end drops them and the kernel can
+        collect the explorer). The engine stays usable."""
+        self.stop()
+        self.stop_evaluation()
+        self.explain.close()
+        self.wait(timeout)
+        self.wait_evaluation(timeout)
+        _close_tree(self.ui)
+
     def _ipython_display_(self, **kwargs) -> None:
         from IPython.display import display
 
@@ -561,3 +572,10 @@ def _check_options(prompt, chat, features, live, debounce_s) -> None:
 def _check_strength(value: Any, field: str = "strength") -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise RequestError(field, f"must be a finite number, got {value!r}")
+
+
+def _close_tree(widget) -> None:
+    """``widget`` and every widget below it, closed."""
+    for child in getattr(widget, "children", ()):
+        _close_tree(child)
+    widget.close()
