@@ -36,6 +36,7 @@ def test_stress_at_every_thread_count_equals_one_thread(threads):
     )  # fmt: skip
     assert proc.returncode == 0, f"the stress died (rc {proc.returncode}): {proc.stderr[-2000:]}"
     report = json.loads(proc.stdout.strip().splitlines()[-1])
+    print(f"stress {threads} threads: {report['calls']} calls, {report['wrong']} wrong")
     assert report["kernel_threads"] == threads
     ops = {"linear", "Q4_0", "Q4_1", "Q8_0", "attention", "rms_norm", "rotary", "noise"}
     assert ops | {"queued noise"} <= set(report["calls_by_op"]), report["calls_by_op"]
@@ -64,6 +65,7 @@ def test_thread_sanitizer_reports_nothing(tmp_path):
     proc = subprocess.run(
         [str(binary), str(TSAN_ROUNDS)], capture_output=True, text=True, timeout=900, env=env
     )
+    print(f"ThreadSanitizer: {proc.stdout.strip()} calls, stderr {proc.stderr.strip()!r}")
     assert "ThreadSanitizer" not in proc.stderr, proc.stderr[-6000:]
     assert proc.returncode == 0 and proc.stdout.startswith("ok "), (proc.stdout, proc.stderr)
 
