@@ -425,7 +425,7 @@ def dense_copies() -> Iterator[None]:
 def held_dense_bytes() -> int:
     """Bytes of float32 weight copies held in this context (0 outside an attribution)."""
     copies = _DENSE.get()
-    return sum(w.numel() * w.element_size() for _, w in copies.values()) if copies else 0
+    return sum(w.numel() * w.element_size() for w in copies.values()) if copies else 0
 
 
 def dense_weight(lin) -> Tensor:
@@ -433,7 +433,7 @@ def dense_weight(lin) -> Tensor:
     dequantized from GGUF blocks) and kept within ``dense_copies``: the backward's ``g @ W``
     is then one plain matrix product (reading the packed blocks directly cost 4x more)."""
     copies = _DENSE.get()
-    w = None if copies is None else copies.get(id(lin), (None, None))[1]
+    w = None if copies is None else copies.get(lin)
     if w is None:
         if hasattr(lin, "dense"):  # GGUF blocks (quant.QuantLinear): dequantized
             w = lin.dense()
@@ -441,7 +441,7 @@ def dense_weight(lin) -> Tensor:
             w = lin.packed.transpose(1, 2).reshape(-1, lin.in_features)[: lin.out_features]
         w = w.contiguous()
         if copies is not None:
-            copies[id(lin)] = (lin, w)  # the Linear held too: its id stays its own meanwhile
+            copies[lin] = w  # keyed by the Linear itself (identity)
     return w
 
 

@@ -14,8 +14,8 @@ in a folder named after this CPU's instruction-set flags, so a home folder share
 machines never runs another CPU's build. When it cannot be built, ``extension()`` returns
 None after one warning and callers fall back to oneDNN.
 
-The same module holds RMSNorm, rotary embedding and one decode position's attention as one
-call each (``rms_norm``, ``rotary``, ``decode_attention``): outside the matrix products a
+The same module holds RMSNorm, rotary embedding and causal attention as one call each
+(``rms_norm``, ``rotary``, ``causal_attention``): outside the matrix products a
 decode step is a few hundred small torch ops.
 """
 
@@ -100,14 +100,14 @@ def _toolchain() -> str:
 def _build() -> None:
     folder = build_dir()
     folder.mkdir(parents=True, exist_ok=True)
-    marker = folder / FAILED
-    if marker.exists() and not any(folder.glob("*.so")):
+    marker, built = folder / FAILED, any(folder.glob("*.so"))
+    if marker.exists() and not built:
         toolchain, _, reason = marker.read_text().partition("\n")
         if toolchain == _toolchain():
             raise BuildFailed(
                 f"an earlier build with this toolchain failed, remove {marker} to retry: {reason}"
             )
-    if not any(folder.glob("*.so")):
+    if not built:
         print(
             "steer_widgets: compiling the native matrix kernel for this CPU (once)", file=sys.stderr
         )
