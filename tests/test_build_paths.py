@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch_threads import at_threads
 
 import steer_widgets as sw
 from steer_widgets import native
@@ -78,12 +79,8 @@ def rows_and_solo(engine: sw.Engine) -> list[dict]:
 @pytest.fixture(scope="module")
 def here(engine) -> list[dict]:
     """This machine's build, one thread (the variants run at torch's default count)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with at_threads(1):
         return rows_and_solo(engine)
-    finally:
-        torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +105,8 @@ def test_every_build_steers_the_default_model_exactly(variant, here, transformer
     gguf = cache_dir() / "gguf"
     if gguf.is_dir():  # the GGUF's converted metadata: a cache the product keeps, shared
         (tmp_path / "gguf").symlink_to(gguf)
-    env = dict(os.environ, STEER_WIDGETS_CACHE=str(tmp_path), PYTHONPATH=str(root))
+    path = os.pathsep.join([str(root), str(root / "tests")])  # tests.*, and their helpers
+    env = dict(os.environ, STEER_WIDGETS_CACHE=str(tmp_path), PYTHONPATH=path)
     proc = subprocess.run(
         [sys.executable, "-c", SCRIPT, " ".join(flags)],
         env=env, capture_output=True, text=True, timeout=1200, cwd=root,

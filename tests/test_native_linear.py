@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch_threads import at_threads
 
 from steer_widgets import native
 from steer_widgets.linear import Linear
@@ -140,10 +141,8 @@ def test_native_causal_attention_is_sdpa_and_each_position_is_its_decode_step(
     mask = (k_pos <= q_pos) & ((k_pos > q_pos - window) if window else True)
     want = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=0.125, enable_gqa=True)
     torch.testing.assert_close(got, want, atol=2e-6, rtol=1e-5)
-    threads = torch.get_num_threads()
-    try:
-        for n in (1, 4):
-            torch.set_num_threads(n)
+    for n in (1, 4):
+        with at_threads(n):
             assert torch.equal(native.causal_attention(q, k, v, 0.125, start, window), got)
             for j in range(t):
                 end = start + j + 1
@@ -152,8 +151,6 @@ def test_native_causal_attention_is_sdpa_and_each_position_is_its_decode_step(
                     q[:, :, j : j + 1], k[:, :, lo:end], v[:, :, lo:end], 0.125
                 )
                 assert torch.equal(step[:, :, 0], got[:, :, j]), (n, j)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def test_native_causal_attention_names_positions_outside_the_keys():

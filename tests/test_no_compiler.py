@@ -47,7 +47,7 @@ def start(tmp_path: Path) -> subprocess.CompletedProcess:
     root = Path(__file__).resolve().parents[1]
     env = dict(
         os.environ, STEER_WIDGETS_CACHE=str(tmp_path), CXX=str(tmp_path / "no-compiler"),
-        PYTHONPATH=str(root),
+        PYTHONPATH=os.pathsep.join([str(root), str(root / "tests")]),
     )  # fmt: skip
     return subprocess.run(
         [sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=1200,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 from test_shared_prefill import ROWS, _prefill
+from torch_threads import at_threads
 
 import steer_widgets as sw
 from steer_widgets import native
@@ -23,23 +24,10 @@ CHAT = [{"role": "user", "content": "Tell me about the ocean."}]
 pytestmark = pytest.mark.skipif(native.extension() is None, reason="no C++ compiler here")
 
 
-class one_thread:
-    """torch (and the kernels) at one thread meanwhile: how every reference is computed."""
-
-    def __enter__(self):
-        self.before = torch.get_num_threads()
-        torch.set_num_threads(1)
-
-    def __exit__(self, *exc):
-        torch.set_num_threads(self.before)
-
-
 @pytest.fixture(params=THREADS, ids=lambda n: f"{n}threads")
 def threads(request):
-    before = torch.get_num_threads()
-    torch.set_num_threads(request.param)
-    yield request.param
-    torch.set_num_threads(before)
+    with at_threads(request.param) as n:
+        yield n
 
 
 def requests(sources: list[str]) -> list[sw.SteerRequest]:
@@ -59,9 +47,9 @@ def tokens(result) -> dict:
 
 @pytest.fixture(scope="module")
 def solo_rows(engine, sources) -> list[dict]:
-    """Each request's rows, each generated alone at one thread."""
+    """Each request's rows, each generated alone at one thread (as every reference is)."""
     out = []
-    with one_thread():
+    with at_threads(1):
         for request in requests(sources):
             rows = {}
             engine.clear_caches()
@@ -91,7 +79,7 @@ def test_rows_of_a_batch_equal_their_solo_runs(engine, sources, solo_rows, threa
 @pytest.fixture(scope="module")
 def float_logits(engine):
     """The float32 copy's prefill and five greedy decode steps, at one thread."""
-    with one_thread():
+    with at_threads(1):
         runtime = sw.Engine(load_model(quantized=False)).model.runtime
         ids = torch.tensor([engine.tokenizer.encode(CHAT).ids])
         return ids, greedy_logits(runtime, ids)
@@ -118,7 +106,7 @@ def test_shared_prefill_equals_rows_computed_whole(engine, case, threads, monkey
     rows = [Row(ops=o) for o in ops]
     ids = engine.tokenizer.encode("The lighthouse keeper counted the ships").ids
     shared, cache, _ = _prefill(runtime, ids, rows, True, monkeypatch)
-    with one_thread():
+    with at_threads(1):
         whole, cache_whole, _ = _prefill(runtime, ids, rows, False, monkeypatch)
     assert torch.equal(shared, whole)
     for layer in range(runtime.cfg.n_layers):
@@ -137,7 +125,7 @@ def test_queued_noise_equals_exponential(threads):
         assert torch.equal(out, want), n
     logits = [torch.randn(vocab, generator=torch.Generator().manual_seed(i)) for i in range(6)]
     sampling = Sampling(temperature=0.7, freq_penalty=0.5, seed=16)
-    with one_thread():
+    with at_threads(1):
         inline = RowSampler(sampling, [5, 9], vocab)
         want = [inline.next(step) for step in logits]
     queued = RowSampler(sampling, [5, 9], vocab)
@@ -157,7 +145,7 @@ def test_evaluate_rows_equal_solo_steers(engine, threads):
         temperature=0.9, n_completion_tokens=8, seed=5,
     )  # fmt: skip
     assert ev.complete and len(ev.rows) == 4
-    with one_thread():
+    with at_threads(1):
         for row in ev.rows:
             x1 = ev.steerings[row.steering]
             alone = x1.with_(
