@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -144,12 +146,18 @@ def _field(reader, key: str):
     return bytes(value).decode() if value.dtype == np.uint8 else value.tolist()[0]
 
 
+def metadata_folder(path: Path) -> Path:
+    """Where ``metadata_dir`` keeps the file's conversion: the user cache, keyed by the file's
+    path, size and modification time (a file changed in place is converted again)."""
+    stat = path.stat()
+    key = hashlib.sha1(f"{path.resolve()} {stat.st_size} {stat.st_mtime_ns}".encode()).hexdigest()
+    return cache_dir() / "gguf" / f"{path.stem}-{key[:12]}"
+
+
 def metadata_dir(path: Path) -> Path:
     """A folder with the GGUF's config, generation config, tokenizer and chat template as
     transformers reads them (converted once; a few MB)."""
-    stat = path.stat()
-    key = hashlib.sha1(f"{path.resolve()} {stat.st_size} {stat.st_mtime_ns}".encode()).hexdigest()
-    folder = cache_dir() / "gguf" / f"{path.stem}-{key[:12]}"
+    folder = metadata_folder(path)
     if not (folder / INDEX).exists():
         _convert_metadata(path, folder)
     return folder
@@ -167,13 +175,15 @@ def _convert_metadata(path: Path, folder: Path) -> None:
     arch = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(config.model_type)
     cfg["architectures"] = [arch] if arch else None
     clean = AutoConfig.for_model(**cfg)
-    tmp = folder.with_name(folder.name + f".tmp{id(cfg)}")
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    # a name of this conversion's own: another process converting the same file writes its
+    # own, and the first rename wins
+    tmp = Path(tempfile.mkdtemp(prefix=f"{folder.name}.", suffix=".tmp", dir=folder.parent))
     clean.save_pretrained(tmp)
     GenerationConfig.from_model_config(clean).save_pretrained(tmp)
     tok.save_pretrained(tmp)
     (tmp / INDEX).write_text(json.dumps(tensor_index(path)))
     _write_fast_config(tmp, path)
-    folder.parent.mkdir(parents=True, exist_ok=True)
     try:
         tmp.rename(folder)
     except OSError:  # another process converted it first
@@ -201,9 +211,10 @@ def _write_fast_config(folder: Path, path: Path) -> None:
     cfg = fast_config(AutoConfig.from_pretrained(folder))
     if cfg is None:
         raise UnsupportedModel(f"GGUF {path.name}: not one of {', '.join(FAST)}")
-    tmp = folder / f"{FAST_CONFIG}.tmp{id(cfg)}"
-    tmp.write_text(json.dumps(cfg.to_dict()))
-    tmp.replace(folder / FAST_CONFIG)
+    fd, tmp = tempfile.mkstemp(prefix=f"{FAST_CONFIG}.", suffix=".tmp", dir=folder)
+    with os.fdopen(fd, "w") as f:
+        f.write(json.dumps(cfg.to_dict()))
+    os.replace(tmp, folder / FAST_CONFIG)
 
 
 def load_gguf(

@@ -390,6 +390,25 @@ def test_a_converted_gguf_loads_its_config_without_transformers(tokenizer, gguf_
     assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout
 
 
+def test_a_conversion_leaves_another_process_conversion_alone(tokenizer, gguf_cache, monkeypatch):
+    """Two processes converting the same file each write a temporary folder of their own.
+    Temporary names once came from ``id()``, which another process can share: here the other
+    process's half-written folder sits at the name this process would have taken."""
+    from steer_widgets import gguf_model
+
+    monkeypatch.setattr(gguf_model, "id", lambda _: 7, raising=False)  # ids that collide
+    path = gguf_cache / "tiny-qwen2.gguf"
+    write_tiny_qwen2(path, tokenizer)
+    folder = gguf_model.metadata_folder(path)
+    theirs = folder.with_name(folder.name + ".tmp7")
+    theirs.mkdir(parents=True)
+    (theirs / "half-written").write_text("another process")
+    assert gguf_model.metadata_dir(path) == folder and (folder / gguf_model.INDEX).exists()
+    assert sorted(p.name for p in theirs.iterdir()) == ["half-written"]
+    assert not (folder / "half-written").exists()
+    assert [p.name for p in folder.parent.iterdir() if p.name.endswith("tmp")] == []
+
+
 def test_a_gguf_with_an_unsupported_type_is_refused_by_name(tokenizer, gguf_cache):
     path = gguf_cache / "tiny-q6k.gguf"
     write_tiny_qwen2(path, tokenizer, down="Q6_K", ff=256)
