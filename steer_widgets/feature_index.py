@@ -74,6 +74,16 @@ class FeatureIndex:
         self.set_labels(labels)
         return labels
 
+    def explanation_cached(self, index: int) -> bool:
+        """Whether Neuronpedia's explanation of ``index`` is on disk (an empty one counts:
+        asked, none written), so ``fetch_labels([index])`` needs no network: a caller that
+        must not block (the feature card, on the kernel's message thread) asks first."""
+        from .neuronpedia import Explanations
+
+        if not self.neuronpedia_id:
+            return False
+        return int(index) in Explanations(self.neuronpedia_id).cached()
+
     def url(self, index: int) -> str | None:
         """The feature's Neuronpedia page, when the SAE has one."""
         from .neuronpedia import feature_url

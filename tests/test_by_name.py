@@ -384,6 +384,7 @@ def test_neuronpedia_links_labels_and_offline(hub, monkeypatch):
         shown: list[str] = []
         card = FeatureCard(engine, on_steer=lambda *a: None, on_error=shown.append)
         card.show("8-res-jb", 5)
+        assert card.wait(10)  # the explanation comes from the card's worker thread
         assert shown == []
         assert "references to cats and kittens" in card.body.value
         assert f"href='{server.url}/gpt2-small/8-res-jb/5'" in card.body.value
@@ -391,11 +392,13 @@ def test_neuronpedia_links_labels_and_offline(hub, monkeypatch):
         assert fi.label(5) == "references to cats and kittens"
         card.show("8-res-jb", 5)  # asked once, then read from disk
         card.show("8-res-jb", 6)  # a feature without an explanation: its local label
+        assert card.wait(10)
         assert server.asked == [
             "/api/feature/gpt2-small/8-res-jb/5",
             "/api/feature/gpt2-small/8-res-jb/6",
         ]
         assert fi.infos[6].label == ""  # none on Neuronpedia: the top-token label stays
+        card.close()
     finally:
         server.close()
     # a fresh engine reads the labels from disk, with no server
@@ -404,11 +407,13 @@ def test_neuronpedia_links_labels_and_offline(hub, monkeypatch):
     unreachable = sw.Engine(engine.model, saes={"8-res-jb": location})
     card = FeatureCard(unreachable, on_steer=lambda *a: None, on_error=shown.append)
     card.show("8-res-jb", 7)
+    assert card.wait(10)
     assert "could not be reached" in card.body.value and shown == []
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # offline: a clear note, the local label
     card.show("8-res-jb", 8)
     assert "need the network (HF_HUB_OFFLINE set)" in card.body.value
     assert unreachable.feature_index("8-res-jb").label(8) in card.body.value
+    card.close()
 
 
 def test_an_it_model_by_name_chats_stops_searches_and_opens_the_explorer(hub):

@@ -432,6 +432,108 @@ def test_feature_card_shows_tokens_contexts_neighbours_and_steers(engine, source
     assert card.shown == (source, near[0][0])
 
 
+@pytest.fixture
+def gated_neuronpedia(engine, source, monkeypatch, tmp_path):
+    """``source``'s features under a Neuronpedia id, with no explanation on disk, and
+    Neuronpedia's fetch replaced by one that waits until the test opens the feature's gate
+    (no network: a hanging DNS lookup, as the card meets it); yields (gates, asked)."""
+    from collections import defaultdict
+
+    from steer_widgets.feature_index import FeatureIndex
+    from steer_widgets.neuronpedia import Explanations
+
+    monkeypatch.setenv("STEER_WIDGETS_CACHE", str(tmp_path))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.delenv("STEER_WIDGETS_OFFLINE", raising=False)
+    real = engine.feature_index
+    fi = FeatureIndex(source, list(real(source).infos), neuronpedia_id="test-model/test-sae")
+    monkeypatch.setattr(engine, "feature_index", lambda s: fi if s == source else real(s))
+    gates: defaultdict[int, threading.Event] = defaultdict(threading.Event)
+    asked: list[int] = []
+
+    def fetch(self, indices) -> dict[int, str]:
+        wanted = [int(i) for i in indices]
+        asked.extend(wanted)
+        for i in wanted:
+            gates[i].wait(30)
+        return {i: f"explained #{i}" for i in wanted}
+
+    monkeypatch.setattr(Explanations, "fetch", fetch)
+    yield gates, asked
+    for gate in list(gates.values()):
+        gate.set()
+
+
+def show_within(card, source: str, index: int, timeout: float = 1.0) -> None:
+    """``card.show`` from another thread (the kernel's message thread), which must return
+    within ``timeout`` whatever Neuronpedia does."""
+    shower = threading.Thread(target=card.show, args=(source, index), daemon=True)
+    shower.start()
+    shower.join(timeout)
+    assert not shower.is_alive(), "show() waited for Neuronpedia"
+
+
+FETCHING = "fetching the Neuronpedia explanation"
+
+
+def workers(prefix: str) -> set[threading.Thread]:
+    """The widget worker threads alive now whose name starts with ``prefix`` (``sw-card``,
+    ``sw-explain``)."""
+    return {t for t in threading.enumerate() if t.name.startswith(prefix)}
+
+
+def test_feature_card_shows_at_once_and_the_explanation_when_fetched(
+    engine, source, gated_neuronpedia
+):
+    import html
+
+    from steer_widgets.widgets.card import FeatureCard
+
+    gates, asked = gated_neuronpedia
+    errors: list[str] = []
+    card = FeatureCard(engine, on_steer=lambda *a: None, on_error=errors.append)
+    local = html.escape(engine.feature_index(source).label(12))
+    show_within(card, source, 12)
+    assert card.shown == (source, 12) and card.ui.layout.display is None
+    assert local in card.body.value and FETCHING in card.body.value
+    assert len(card.neighbours.children) > 1  # decoder neighbours are local: shown at once
+    gates[12].set()
+    wait_for(lambda: "explained #12" in card.body.value, 10)
+    assert FETCHING not in card.body.value and errors == [] and asked == [12]
+    card.close()
+
+
+def test_feature_card_drops_a_fetch_for_a_card_no_longer_shown(engine, source, gated_neuronpedia):
+    from steer_widgets.widgets.card import FeatureCard
+
+    gates, asked = gated_neuronpedia
+    card = FeatureCard(engine, on_steer=lambda *a: None, on_error=lambda m: None)
+    show_within(card, source, 12)
+    show_within(card, source, 13)  # another card while #12's fetch hangs
+    gates[12].set()
+    wait_for(lambda: asked == [12, 13], 10)  # one worker: #12's fetch and render are over
+    assert card.shown == (source, 13)
+    assert "#13" in card.body.value and FETCHING in card.body.value
+    assert "explained #12" not in card.body.value
+    assert engine.feature_index(source).label(12) == "explained #12"  # kept for later
+    gates[13].set()
+    wait_for(lambda: "explained #13" in card.body.value, 10)
+    card.close()
+
+
+def test_explorer_close_returns_while_a_card_fetch_hangs(engine, source, gated_neuronpedia):
+    gates, _ = gated_neuronpedia
+    ex = make(engine, live=False)
+    before = workers("sw-card")
+    show_within(ex.picker.card, source, 12)
+    closer = threading.Thread(target=ex.close, daemon=True)
+    closer.start()
+    closer.join(5)
+    assert not closer.is_alive(), "close() waited for the hanging fetch"
+    gates[12].set()
+    wait_for(lambda: workers("sw-card") <= before, 10)  # the card's worker ended
+
+
 def test_concept_row_steers_like_the_same_direction_as_a_feature(engine, source, tmp_path):
     hook = engine.saes.config(source).hook_name
     row = engine.saes.decoder_row(source, 7)
@@ -474,17 +576,18 @@ def test_picker_finds_steering_features_and_adds_a_concept(engine, source):
 
 
 def test_close_ends_the_explorers_worker_and_widgets_and_the_engine_stays_usable(engine, source):
+    others = workers("sw-explain")  # other explorers' (this test's process is shared)
     ex = make(engine)
     ex.add_feature(source, 3, strength=30.0)
     ex.run()
     assert ex.wait(120) and ex.explain.wait(120)
-    workers = list(ex.explain._worker._threads)  # the explain panel's thread pool
-    assert workers and all(t.is_alive() for t in workers)
+    explaining = workers("sw-explain") - others  # this explain panel's thread
+    assert explaining
     widgets = [ex.ui, *ex.ui.children]
     ex.close()
-    for t in workers:
+    for t in explaining:
         t.join(timeout=30)
-    assert not any(t.is_alive() for t in workers), "the explain worker outlived close()"
+    assert not any(t.is_alive() for t in explaining), "the explain worker outlived close()"
     assert all(w.comm is None for w in widgets)  # closed: the front end drops them
     ex.explain.shown(None, {})  # a late run finishing after close is ignored, not an error
     request = sw.SteerRequest("Hello", types=("DEFAULT",), n_completion_tokens=2, temperature=0)

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 
 from ..errors import SteerWidgetsError
 from ..explain import local_runtime
 from ..results import SteerResult
 from .completions import Completions, effect_state
 from .heatmap import Heatmap, changed_rows
+from .worker import Worker
 
 N_CHANGED = 8  # rows of "what changed"
 N_FEATURES = 8  # SAE features in an attribution table
@@ -45,8 +45,7 @@ class ExplainPanel:
         self.result: SteerResult | None = None
         self.available = local_runtime(engine.model.runtime)
         self._lock = threading.Lock()
-        self._worker = ThreadPoolExecutor(1, thread_name_prefix="sw-explain")
-        self._pending: Future | None = None
+        self._worker = Worker("sw-explain")
         self._epoch = 0  # bumped by every run shown: older work is dropped
         completions.observe(lambda _: self._effects(), names="effect_on")
         completions.observe(lambda c: self._clicked(c["new"]), names="selected")
@@ -60,26 +59,16 @@ class ExplainPanel:
             return
         self._epoch += 1
         epoch = self._epoch
-        try:
-            self._pending = self._worker.submit(self._refresh, request, dict(outputs), epoch)
-        except RuntimeError:  # closed: nothing is explained any more
-            self._pending = None
+        self._worker.submit(self._refresh, request, dict(outputs), epoch)  # closed: dropped
 
     def close(self) -> None:
         """Drops queued work and lets the worker thread end (after the item it is on)."""
         self._epoch += 1
-        self._worker.shutdown(wait=False, cancel_futures=True)
+        self._worker.close()
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until the last run's effects and "what changed" are shown."""
-        pending = self._pending
-        if pending is None:
-            return True
-        try:
-            pending.result(timeout)
-        except TimeoutError:
-            return False
-        return True
+        return self._worker.wait(timeout)
 
     def _refresh(self, request, outputs: dict, epoch: int) -> None:
         if epoch != self._epoch:
