@@ -9,6 +9,7 @@ import pytest
 from ipywidgets.embed import embed_data
 
 import steer_widgets as sw
+from steer_widgets.widgets.evaluate_panel import EvaluatePanel
 
 PROMPTS = ["I went to the", [{"role": "user", "content": "What should I cook tonight?"}]]
 
@@ -95,3 +96,85 @@ def test_stop_replace_and_errors_leave_the_explorer_usable(ex, engine):
     assert ex.wait(120) and ex.outputs["STEERED"].token_ids
     nothing = sw.Explorer(engine, live=False)
     assert not nothing.evaluate() and "pick a feature" in nothing.view.evaluation.error
+
+
+# Input given from Python goes to the evaluation as given; the boxes only show it.
+MULTILINE = "Dear Sir,\nI went to the"
+CHAT = [
+    {"role": "system", "content": "You answer in one sentence."},
+    {"role": "user", "content": "What should I cook tonight?"},
+]
+
+
+def evaluated(ex, prompts, strengths=(1,)):
+    """The finished evaluation of ``prompts`` x ``strengths`` (one row each: fast)."""
+    assert ex.evaluate(prompts, strengths=strengths)
+    assert ex.wait_evaluation(300)
+    assert ex.view.evaluation.state == "done", ex.view.evaluation.error
+    return ex.evaluation
+
+
+def test_a_multi_line_prompt_from_python_stays_one_prompt(ex):
+    evaluation = evaluated(ex, [MULTILINE])
+    assert evaluation.prompts == [MULTILINE] and len(evaluation.rows) == 1
+    panel = ex.view.evaluation
+    assert len(panel.prompts_text.splitlines()) == 1 and "Dear Sir," in panel.prompts_text
+    assert panel.prompts() == [MULTILINE]  # what the evaluate button runs next
+
+
+def test_a_chat_from_python_keeps_every_message(ex):
+    evaluation = evaluated(ex, [CHAT])
+    assert evaluation.prompts == [CHAT]
+    panel = ex.view.evaluation
+    assert "one sentence" in panel.prompts_text and "cook tonight" in panel.prompts_text
+    assert panel.prompts() == [CHAT]
+
+
+def test_strengths_from_python_are_exact(ex, ocean):
+    evaluation = evaluated(ex, PROMPTS[:1], strengths=(1.23456789,))
+    assert evaluation.strengths == (1.23456789,)
+    assert [r.strength for r in evaluation.rows] == [1.23456789]
+    panel = ex.view.evaluation
+    assert panel.strengths == [1.23456789] and panel.ladder() == [1.23456789]
+    assert panel.ladder_text == "1.23456789"
+    panel._message(panel, {"event": "pick", "strength": 1.23456789}, [])  # a grid click
+    assert ex.features_ui.rows[0].slider.value == pytest.approx(1.23456789 * ocean.strength)
+
+
+def test_box_edits_are_read_back_and_lines_left_alone_stay_as_given():
+    panel = EvaluatePanel()
+    panel.set_inputs((MULTILINE, CHAT), (0, 1.23456789))
+    assert panel.prompts() == [MULTILINE, CHAT] and panel.ladder() == [0, 1.23456789]
+    edit = {"prompts_text": panel.prompts_text + "\nchat: Tell me a story.", "ladder_text": "0 2.5"}
+    panel.set_state(edit)  # what an edit in the front end does
+    told = [{"role": "user", "content": "Tell me a story."}]
+    assert panel.prompts() == [MULTILINE, CHAT, told] and panel.ladder() == [0.0, 2.5]
+    panel.set_state({"ladder_text": "0, x"})
+    with pytest.raises(sw.RequestError, match="strengths"):
+        panel.ladder()
+
+
+def test_a_refused_evaluation_leaves_the_running_one_running(ex):
+    panel = ex.view.evaluation
+    states: list[str] = []
+    panel.observe(lambda change: states.append(change["new"]), names="state")
+    release = threading.Event()
+
+    def gate(text):  # holds the first evaluation open until the refused one was tried
+        release.wait(30)
+        return "ocean" in text
+
+    try:
+        assert ex.evaluate(PROMPTS[:1], strengths=(0, 1), judge=gate)
+        assert not ex.evaluate([MULTILINE], strengths=(1, 1))
+        assert panel.state == "running" and "strengths[1]" in panel.error
+        assert not ex.evaluate([MULTILINE, 7], strengths=(1,))
+        assert panel.state == "running" and "prompts[1]" in panel.error
+        assert panel.prompts() == PROMPTS[:1] and panel.ladder() == [0, 1]  # boxes kept
+    finally:
+        release.set()
+    assert ex.wait_evaluation(300)
+    assert states == ["running", "done"], (states, panel.error)
+    assert ex.evaluation.complete and ex.evaluation.prompts == PROMPTS[:1]
+    assert ex.evaluation.strengths == (0.0, 1.0) and len(ex.evaluation.rows) == 2
+    assert panel.done_rows == 2 and not panel.error

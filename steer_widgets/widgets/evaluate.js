@@ -28,7 +28,9 @@ function render({ model, el }) {
   const prompts = document.createElement("textarea");
   prompts.rows = 6;
   prompts.className = "sw-eval-prompts";
-  prompts.title = "one prompt per line; a line starting with 'chat:' is a chat request";
+  prompts.title = "one prompt per line; a line starting with 'chat:' is a chat request. " +
+    "A prompt given from Python (⏎: its line breaks; a chat: its messages) runs as given " +
+    "while its line is left unchanged";
   const ladder = document.createElement("input");
   ladder.className = "sw-eval-ladder";
   ladder.title = "strength multipliers of the current steering (x1: the sliders as they are)";

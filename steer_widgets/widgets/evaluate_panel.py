@@ -5,11 +5,15 @@ bar, the trade-off chart (SVG from ``Evaluation.svg``) and a grid of prompts x s
 coloured by hit, each cell's text on hover. Everything it draws is widget state, so a saved
 notebook or a static export shows the last evaluation without a kernel. Clicks (evaluate,
 stop, a strength) come back as messages handled by ``Evaluating``.
+
+The boxes are text, one prompt per line, and text cannot hold every input: a multi-line
+prompt, a chat of several messages or a float with many digits. So the panel keeps the input
+given from Python as given and the boxes only show it; a box is read back once it is edited.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import anywidget
 import traitlets
@@ -27,6 +31,7 @@ STATES = {
     "error": "error",
 }
 CHAT_PREFIX = "chat:"
+LINE_BREAK = "\u23ce"  # ⏎: a prompt's line break, in the one-prompt-per-line box
 
 
 class EvaluatePanel(anywidget.AnyWidget):
@@ -48,6 +53,10 @@ class EvaluatePanel(anywidget.AnyWidget):
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self.handlers: dict[str, Callable] = {}
+        # the input as given and the box texts it was shown as (edited box: text differs)
+        self._prompts: list = []
+        self._strengths: list = []
+        self._prompts_shown = self._strengths_shown = ""
         self.on_msg(self._message)
 
     @traitlets.observe("state")
@@ -75,27 +84,58 @@ class EvaluatePanel(anywidget.AnyWidget):
             self.best = evaluation.best(steering=name) if evaluation.rows else None
 
     def prompts(self) -> list:
-        """The prompt list as typed: one prompt per line, ``chat:`` lines are chat requests."""
-        out: list = []
-        for line in self.prompts_text.splitlines():
-            text = line.strip()
-            if not text:
-                continue
-            if text.lower().startswith(CHAT_PREFIX):
-                out.append([{"role": "user", "content": text[len(CHAT_PREFIX) :].strip()}])
-            else:
-                out.append(text)
-        return out
+        """The prompts to evaluate: as last given while the box shows them. Once edited, the
+        box's lines (``chat:`` lines are chat requests), but a line still as it was shown is
+        its given prompt, so a multi-line prompt or a whole chat survives editing another."""
+        if self.prompts_text == self._prompts_shown:
+            return list(self._prompts)
+        given = {prompt_line(p).strip(): p for p in self._prompts}
+        lines = (line.strip() for line in self.prompts_text.splitlines())
+        return [given[t] if t in given else _typed_prompt(t) for t in lines if t]
 
-    def ladder(self) -> list[float]:
+    def ladder(self) -> list:
+        """The strengths to evaluate: as last given while the box shows them (exact floats),
+        once edited the box's numbers."""
+        if self.ladder_text == self._strengths_shown:
+            return list(self._strengths)
         try:
             return [float(s) for s in self.ladder_text.replace(",", " ").split()]
         except ValueError:
             raise RequestError("strengths", f"expected numbers, got {self.ladder_text!r}") from None
 
-    def set_inputs(self, prompts: list, strengths) -> None:
-        """Show ``prompts`` and ``strengths`` in the editable boxes."""
-        lines = [p if isinstance(p, str) else f"{CHAT_PREFIX} {p[-1]['content']}" for p in prompts]
+    def set_inputs(self, prompts: Sequence, strengths: Sequence) -> None:
+        """Keep ``prompts`` and ``strengths`` as given (checked ones: the evaluation gets
+        exactly these) and show them in the boxes as readable text."""
+        self._prompts, self._strengths = list(prompts), list(strengths)
+        self._prompts_shown = "\n".join(prompt_line(p) for p in self._prompts)
+        self._strengths_shown = ", ".join(strength_text(m) for m in self._strengths)
         with self.hold_sync():
-            self.prompts_text = "\n".join(lines)
-            self.ladder_text = ", ".join(f"{float(m):g}" for m in strengths)
+            self.prompts_text, self.ladder_text = self._prompts_shown, self._strengths_shown
+
+
+def prompt_line(prompt) -> str:
+    """A checked prompt as one line of the box: line breaks as ⏎, a chat as ``chat:`` and
+    its messages (a lone user message without its role, as one is typed)."""
+    if isinstance(prompt, str):
+        return _one_line(prompt)
+    if len(prompt) == 1 and prompt[0]["role"] == "user":
+        return f"{CHAT_PREFIX} {_one_line(prompt[0]['content'])}"
+    said = " | ".join(f"{m['role']}: {_one_line(m['content'])}" for m in prompt)
+    return f"{CHAT_PREFIX} {said}"
+
+
+def strength_text(strength: float) -> str:
+    """A strength short where that is exact (1, 0.5), else with every digit it needs."""
+    short = f"{float(strength):g}"
+    return short if float(short) == float(strength) else repr(float(strength))
+
+
+def _one_line(text: str) -> str:
+    return LINE_BREAK.join(text.splitlines())
+
+
+def _typed_prompt(text: str):
+    """A line typed in the box: a plain prompt, or after ``chat:`` a one-message chat."""
+    if text.lower().startswith(CHAT_PREFIX):
+        return [{"role": "user", "content": text[len(CHAT_PREFIX) :].strip()}]
+    return text

@@ -2,16 +2,17 @@
 
 Pressing evaluate takes the steering as the sliders set it (features and concepts at their
 strengths: the x1 point) and runs ``Engine.evaluate_stream`` over the panel's prompts and
-ladder. Input is checked before the thread starts (a bad prompt list is an error state, the
-explorer stays usable); a newer evaluation cancels the running one (which then says
-"replaced"), stop says "stopped by you", and the rows finished so far stay drawn.
+ladder. Input is checked in full before anything running is cancelled: refused input is an
+error (the explorer stays usable, and a running evaluation runs on). An accepted newer
+evaluation cancels the running one (which then says "replaced"), stop says "stopped by you",
+and the rows finished so far stay drawn.
 """
 
 from __future__ import annotations
 
 import threading
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from ..errors import SteerWidgetsError
 from ..evaluation import Evaluation
@@ -46,24 +47,20 @@ class Evaluating:
         )
 
     def start(self, prompts=None, strengths=None, judge=None) -> bool:
-        """Start an evaluation (replacing a running one); False if the input was refused."""
-        from ..evaluator import LADDER, panel
-
-        if prompts is not None or strengths is not None or not self.panel.prompts_text:
-            self.panel.set_inputs(
-                panel() if prompts is None else list(prompts),
-                LADDER if strengths is None else strengths,
-            )
-        self._replace()
+        """Start an evaluation (replacing a running one); False if the input was refused.
+        The input is checked before the running one is cancelled, so a typo costs nothing."""
         cancel = threading.Event()
         try:
+            prompts, strengths = self._inputs(prompts, strengths)
             request, words = self._steering()
             stream = self.engine.evaluate_stream(
-                request, self.panel.prompts(), self.panel.ladder(), judge or words or None, cancel
+                request, prompts, strengths, judge or words or None, cancel
             )
         except SteerWidgetsError as err:
-            self.panel.show_state("error", "nothing ran", str(err))
+            self._refuse(err)
             return False
+        self.panel.set_inputs(prompts, strengths)
+        self._replace()
         self.x1 = self._current()
         thread = threading.Thread(target=self._work, args=(stream, cancel), daemon=True)
         with self._lock:
@@ -72,6 +69,29 @@ class Evaluating:
         self.panel.total_rows, self.panel.done_rows = stream.total, 0
         thread.start()
         return True
+
+    def _inputs(self, prompts, strengths) -> tuple:
+        """Prompts and ladder as given, else the panel's (at first the shipped ones)."""
+        from ..evaluator import LADDER, panel
+
+        if prompts is None:
+            prompts = self.panel.prompts() if self.panel.prompts_text.strip() else panel()
+        if strengths is None:
+            strengths = self.panel.ladder() if self.panel.ladder_text.strip() else LADDER
+        return _listed(prompts), _listed(strengths)
+
+    def _refuse(self, err: SteerWidgetsError) -> None:
+        """Say why nothing started. A running evaluation goes on and stays cancellable (its
+        state stays "running"), so only the error line tells."""
+        if self._running():
+            self.panel.error = str(err)
+        else:
+            self.panel.show_state("error", "nothing ran", str(err))
+
+    def _running(self) -> bool:
+        with self._lock:
+            thread = self._thread
+        return thread is not None and thread.is_alive()
 
     def _replace(self) -> None:
         with self._lock:
@@ -145,6 +165,15 @@ class Evaluating:
         """The chart's current-strength mark after a slider moved."""
         if self.evaluation is not None:
             self.panel.draw(self.evaluation, self.position())
+
+
+def _listed(value):
+    """A generator or an array (numpy strengths) as a list of its items, as the explorer has
+    always taken them; anything else as given, for the engine to check (a string is not a
+    list of prompts)."""
+    if isinstance(value, (str, bytes, Sequence, Mapping)) or not isinstance(value, Iterable):
+        return value
+    return list(value)
 
 
 def judge_words(engine, rows) -> list[str]:

@@ -124,12 +124,14 @@ class Explorer:
         v.record_button.on_click(lambda _: self._toggle_record())
 
     def close(self, timeout: float | None = 30.0) -> None:
-        """Stops the run and the evaluation, ends the explain panel's worker thread and
-        closes every widget of the explorer (the front end drops them and the kernel can
-        collect the explorer). The engine stays usable."""
+        """Stops the run and the evaluation, ends the explain panel's and the feature card's
+        worker threads (neither waits for work in flight) and closes every widget of the
+        explorer (the front end drops them and the kernel can collect the explorer). The
+        engine stays usable."""
         self.stop()
         self.stop_evaluation()
         self.explain.close()
+        self.picker.card.close()
         self.wait(timeout)
         self.wait_evaluation(timeout)
         _close_tree(self.ui)
@@ -388,8 +390,11 @@ class Explorer:
     # -- evaluation ------------------------------------------------------------------------
     def evaluate(self, prompts: list | None = None, strengths=None, judge=None) -> bool:
         """Run the steering as the sliders set it (the x1 point) over ``prompts`` (``None``:
-        the panel's list, at first the engine's shipped panel) and the ``strengths`` ladder,
-        in the evaluate panel; returns at once (False: refused, the panel says why).
+        the panel's list, at first the engine's shipped panel) and the ``strengths`` ladder
+        (``None``: the panel's, at first 0, 0.5, 1, 1.5, 2, 3), in the evaluate panel;
+        returns at once (False: refused, the panel says why, and a running evaluation runs
+        on). Prompts and strengths go to the evaluation exactly as given (multi-line prompts,
+        whole chats, every digit); the panel's boxes show them and are read back once edited.
         ``judge`` defaults to the concepts' names and the features' label words."""
         return self.evaluating.start(prompts, strengths, judge)
 
