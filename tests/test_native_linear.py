@@ -121,7 +121,15 @@ def test_native_decode_attention_is_sdpa_and_each_row_and_thread_count_exact(h, 
 
 @pytest.mark.parametrize(
     ("h", "h_kv", "t", "length", "window"),
-    [(9, 3, 36, 36, 0), (9, 3, 5, 41, 0), (4, 4, 20, 20, 7), (8, 1, 9, 60, 16), (2, 2, 1, 30, 8)],
+    [
+        (9, 3, 36, 36, 0),
+        (9, 3, 5, 41, 0),
+        (4, 4, 20, 20, 7),
+        (8, 1, 9, 60, 16),
+        (2, 2, 1, 30, 8),
+        (2, 1, 11, 30, 2),
+        (3, 3, 7, 7, 3),
+    ],  # windows narrower than a tile of positions
 )
 def test_native_causal_attention_is_sdpa_and_each_position_is_its_decode_step(
     h, h_kv, t, length, window
