@@ -54,7 +54,8 @@ test: install
 test-fast: $(STAMP)
 	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q tests/fast -p no:cacheprovider
 
-# The widget tests again under ipywidgets 7.7 (what Colab ships), in a venv layered on .venv.
+# The widget tests again under ipywidgets 7.7 (what Colab ships), in a venv layered on .venv,
+# and the explorer in Chromium under the classic notebook's ipywidgets 7 front end.
 test-ipywidgets7: install
 	OMP_NUM_THREADS=1 scripts/ipywidgets7.sh
 

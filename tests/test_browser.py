@@ -24,6 +24,8 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -43,7 +45,7 @@ pytestmark = [
 
 
 @pytest.fixture(autouse=True)
-def _chromium():
+def chromium_present():
     require_chromium()
 
 
@@ -88,10 +90,8 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture
-def lab(tmp_path):
-    """A JupyterLab server on 127.0.0.1 serving ``tmp_path``; yields (base url, token)."""
-    token, port = secrets.token_hex(16), free_port()
+def jupyter_env(tmp_path: Path) -> dict:
+    """``os.environ`` offline, with every Jupyter/IPython/XDG folder made inside ``tmp_path``."""
     env = dict(os.environ, HF_HUB_OFFLINE="1")
     for name, sub in [
         ("JUPYTER_CONFIG_DIR", "jupyter/config"),
@@ -107,6 +107,40 @@ def lab(tmp_path):
     ]:
         (tmp_path / sub).mkdir(parents=True, exist_ok=True)
         env[name] = str(tmp_path / sub)
+    return env
+
+
+@contextmanager
+def serve(cmd: list[str], env: dict, url: str, token: str, log_path: Path) -> Iterator[None]:
+    """Run a Jupyter server (``cmd``, listening on ``url``) with its output in ``log_path``:
+    yields once ``/api/status`` answers (at most 60 s), stops the server after."""
+    log = open(log_path, "wb")  # noqa: SIM115 - closed below
+    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                urllib.request.urlopen(f"{url}/api/status?token={token}", timeout=2).read()
+                break
+            except OSError:
+                assert proc.poll() is None, log_path.read_text()[-3000:]
+                assert time.monotonic() < deadline, f"{cmd[2]} did not start in 60 s"
+                time.sleep(0.5)
+        yield
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+@pytest.fixture
+def lab(tmp_path):
+    """A JupyterLab server on 127.0.0.1 serving ``tmp_path``; yields (base url, token)."""
+    token, port = secrets.token_hex(16), free_port()
+    env = jupyter_env(tmp_path)
     # no "get notified about Jupyter news?" popup over the explorer
     news = tmp_path / "jupyter/lab-settings/@jupyterlab/apputils-extension"
     news.mkdir(parents=True)
@@ -119,27 +153,9 @@ def lab(tmp_path):
         "--ip=127.0.0.1", f"--port={port}", "--LabApp.expose_app_in_browser=True",
         f"--ServerApp.root_dir={tmp_path / 'work'}",
     ]  # fmt: skip
-    log = open(tmp_path / "lab.log", "wb")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                urllib.request.urlopen(f"{url}/api/status?token={token}", timeout=2).read()
-                break
-            except OSError:
-                assert proc.poll() is None, (tmp_path / "lab.log").read_text()[-3000:]
-                assert time.monotonic() < deadline, "JupyterLab did not start in 60 s"
-                time.sleep(0.5)
+    with serve(cmd, env, url, token, tmp_path / "lab.log"):
         yield url, token
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
 
 
 KERNEL_READY = """() => {
@@ -233,6 +249,31 @@ def commit(page, selector: str, text: str) -> None:
     box.press("Tab")
 
 
+def evaluate(page, prompts: list[str], ladder: list[float] | None = None) -> None:
+    """Run the evaluate panel over ``prompts`` x ``ladder`` (``None``: the box left as it is,
+    the default ladder): every cell of the grid filled and judged, a point in the chart for
+    each strength.
+
+    Typing into both boxes can race the click: ipywidgets holds a widget's second update
+    until the kernel has answered its first, while the click's message goes at once, so a
+    busy kernel may start on the ladder it had. One box typed, the order holds."""
+    from steer_widgets.evaluator import LADDER
+
+    page.locator(".sw-eval details summary").click()
+    commit(page, ".sw-eval-prompts", "\n".join(prompts))
+    if ladder is not None:
+        commit(page, ".sw-eval-ladder", ", ".join(map(str, ladder)))
+    ladder = LADDER if ladder is None else ladder
+    page.locator(".sw-eval-run").click()
+    badge = page.locator(".sw-eval .sw-badge")
+    wait_until(lambda: badge.inner_text() == "done", 180, "evaluation")
+    cells = len(prompts) * len(ladder)
+    assert page.locator(".sw-eval-grid .sw-eval-cell").count() == cells
+    judged = page.locator(".sw-eval-grid .sw-eval-hit, .sw-eval-grid .sw-eval-miss")
+    assert judged.count() == cells
+    assert page.locator(".sw-eval-chart svg .sw-point").count() == len(ladder)
+
+
 PRESET_MENU = ".sw-explorer .widget-dropdown:has(.widget-label:text-is('preset')) select"
 TOKENS_BOX = ".sw-explorer .widget-text:has(.widget-label:text-is('tokens')) input"
 
@@ -309,16 +350,7 @@ def test_explorer_in_jupyterlab(lab, tmp_path):
 
             # the evaluate panel: two prompts x two strengths fill the grid and the chart; a
             # strength in the grid sets the slider (x0: strength 0)
-            page.locator(".sw-eval details summary").click()
-            commit(page, ".sw-eval-prompts", "I went to the\nchat: Tell me a story.")
-            commit(page, ".sw-eval-ladder", "0, 1")
-            page.locator(".sw-eval-run").click()
-            badge = page.locator(".sw-eval .sw-badge")
-            wait_until(lambda: badge.inner_text() == "done", 180, "evaluation")
-            assert page.locator(".sw-eval-grid .sw-eval-cell").count() == 4
-            judged = page.locator(".sw-eval-grid .sw-eval-hit, .sw-eval-grid .sw-eval-miss")
-            assert judged.count() == 4
-            assert page.locator(".sw-eval-chart svg .sw-point").count() == 2
+            evaluate(page, ["I went to the", "chat: Tell me a story."], [0, 1])
             page.locator(".sw-eval").screenshot(path=str(tmp_path / "evaluate-in-lab.png"))
             readout = page.locator(".sw-strength .widget-readout").first
             shown = lambda: float(readout.inner_text().replace("\u2212", "-"))  # noqa: E731

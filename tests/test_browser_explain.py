@@ -9,19 +9,47 @@ import re
 
 import pytest
 from chromium import CHROMIUM, FLAGS
-from test_browser import KERNEL_READY, SETUP, STEERED, lab, notebook, steered_done, wait_until
+from test_browser import (
+    KERNEL_READY,
+    SETUP,
+    STEERED,
+    chromium_present,
+    lab,
+    notebook,
+    steered_done,
+    wait_until,
+)
 
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.skipif(not CHROMIUM.exists(), reason="no /usr/bin/chromium"),
-]
-__all__ = ["lab"]  # the JupyterLab fixture, shared with test_browser.py
+# missing Chromium: a failure where apt-get could have installed it, else a skip
+pytestmark = [pytest.mark.browser]
+__all__ = ["chromium_present", "lab"]  # fixtures shared with test_browser.py
+CHANGED_ROWS = ".sw-heatmap .sw-changed-row"  # "what changed", beside the heatmap
 
 SHOW = """\
 ex = sw.Explorer(prompt="I think that", n_completion_tokens=8, temperature=0,
                  features=[("12-smollm2-res-4k", 100)])
 ex
 """
+
+
+def explain_a_token(page) -> None:
+    """Tick the effect colouring, hover a coloured STEERED token (the tip says what steering
+    did to it) and click it: its attribution table opens, one row for the one steering."""
+    page.locator(".sw-completions .sw-effect-toggle input").check()
+    coloured = page.locator(f"{STEERED} .sw-text span[data-effect]")
+    wait_until(lambda: coloured.count() > 0, 60, "effect colouring")
+    word = coloured.filter(has_text=re.compile(r"\w")).first
+    word.hover()
+    tip = page.locator(".sw-completions .sw-tip")
+    wait_until(lambda: tip.is_visible(), 10, "effect tip")
+    assert re.search(r"steering (raised|lowered|left) this token", tip.inner_text())
+
+    word.click()
+    table = page.locator(".sw-completions .sw-attribution table")
+    wait_until(lambda: table.count() > 0, 60, "attribution table")
+    assert page.locator(".sw-att-row").count() == 1  # one steering row
+    assert page.locator(".sw-att-feature").count() > 0
+    assert "why" in page.inner_text(".sw-att-head")
 
 
 def test_click_a_token_for_its_attribution(lab, tmp_path):
@@ -43,26 +71,12 @@ def test_click_a_token_for_its_attribution(lab, tmp_path):
             wait_until(lambda: steered_done(page), 120, "first run")
 
             # "what changed" is listed beside the heatmap
-            changed = page.locator(".sw-heatmap .sw-changed-row")
+            changed = page.locator(CHANGED_ROWS)
             wait_until(lambda: changed.count() > 0, 60, "what changed")
 
-            # the effect colouring: tokens get an effect and the hover says what it did
-            page.locator(".sw-completions .sw-effect-toggle input").check()
-            coloured = page.locator(f"{STEERED} .sw-text span[data-effect]")
-            wait_until(lambda: coloured.count() > 0, 60, "effect colouring")
-            word = coloured.filter(has_text=re.compile(r"\w")).first
-            word.hover()
-            tip = page.locator(".sw-completions .sw-tip")
-            wait_until(lambda: tip.is_visible(), 10, "effect tip")
-            assert re.search(r"steering (raised|lowered|left) this token", tip.inner_text())
-
+            # the effect colouring: tokens get an effect and the hover says what it did;
             # clicking it opens its attribution table
-            word.click()
-            table = page.locator(".sw-completions .sw-attribution table")
-            wait_until(lambda: table.count() > 0, 60, "attribution table")
-            assert page.locator(".sw-att-row").count() == 1  # one steering row
-            assert page.locator(".sw-att-feature").count() > 0
-            assert "why" in page.inner_text(".sw-att-head")
+            explain_a_token(page)
 
             # a "what changed" row opens that feature's heatmap
             index = re.match(r"#(\d+)", changed.nth(1).inner_text()).group(1)
