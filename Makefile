@@ -44,7 +44,7 @@ test: install
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
 	$(BIN)/python scripts/check_wording.py
 	git status --porcelain > $(TREE).before 2>/dev/null || true
-	HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q tests notebooks --nbval-lax -p no:cacheprovider
+	HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q tests notebooks --nbval-lax -p no:cacheprovider --durations=25
 	OMP_NUM_THREADS=1 scripts/ipywidgets7.sh
 	git status --porcelain > $(TREE).after 2>/dev/null || true
 	@diff $(TREE).before $(TREE).after || (echo "the tests wrote into the work tree (above)"; exit 1)
