@@ -34,8 +34,19 @@ struct NoiseQueue::Job {
     next = n;
   }
 
+  // the draw, handed to the caller once the job is over: a worker may still hold the job
+  // (step copies the list), and the draw may own what only the caller's thread may free (a
+  // tensor whose last reference takes Python's lock, which a worker at interpreter exit
+  // cannot take: the process aborted)
+  Draw release() {
+    std::lock_guard<std::mutex> lock(m);
+    Draw out;
+    out.swap(draw);
+    return out;
+  }
+
   const int64_t n;
-  const Draw draw;
+  Draw draw;  // under m; empty once released
   int64_t next = 0;  // draws made, under m
   std::mutex m;
 };
@@ -70,11 +81,15 @@ bool NoiseQueue::finish(int64_t ticket) {
   if (!job) return false;
   while (job->step(true, open_)) {
   }
+  job->release();  // freed here, on the caller's thread
   return true;
 }
 
 void NoiseQueue::cancel(int64_t ticket) {
-  if (auto job = take(ticket)) job->cancel(open_);
+  if (auto job = take(ticket)) {
+    job->cancel(open_);
+    job->release();
+  }
 }
 
 bool NoiseQueue::step() {

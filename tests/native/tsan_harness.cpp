@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <thread>
@@ -128,7 +129,19 @@ struct Sequence {
 
 }  // namespace
 
+// Owned by each noise job's draw: a draw may own what only its caller's thread may free (a
+// tensor whose last reference takes Python's lock), so it must be destroyed by finish or
+// cancel on the caller's thread, never by a worker that happened to hold the job last.
+std::thread::id caller_thread;
+std::atomic<int64_t> freed_on_worker{0};
+struct Witness {
+  ~Witness() {
+    if (std::this_thread::get_id() != caller_thread) ++freed_on_worker;
+  }
+};
+
 int main(int argc, char** argv) {
+  caller_thread = std::this_thread::get_id();
   const int rounds = argc > 1 ? std::atoi(argv[1]) : 3;
   std::mt19937 rng(7);
   auto cases = build(rng);
@@ -167,8 +180,9 @@ int main(int argc, char** argv) {
       for (int j = 0; j < jobs; ++j) {
         float* out = outs[j].data();
         Sequence* gen = &gens[j];
+        auto witness = std::make_shared<Witness>();
         tickets.push_back(sw::NoiseQueue::get().submit(
-            static_cast<int64_t>(outs[j].size()), [out, gen](int64_t b, int64_t e) {
+            static_cast<int64_t>(outs[j].size()), [out, gen, witness](int64_t b, int64_t e) {
               for (int64_t i = b; i < e; ++i) out[i] = gen->next();
             }));
       }
@@ -199,17 +213,50 @@ int main(int argc, char** argv) {
       ++calls;
     }
   }
+  // jobs finished (or cancelled) while the workers draw them: a worker may still hold a job
+  // when its caller takes it back, and must not be the one that frees its draw
+  for (int i = 0; i < 300; ++i) {
+    std::vector<float> out(20000);
+    Sequence gen(i);
+    auto witness = std::make_shared<Witness>();
+    const int64_t t = sw::NoiseQueue::get().submit(
+        static_cast<int64_t>(out.size()), [&out, &gen, witness](int64_t b, int64_t e) {
+          for (int64_t k = b; k < e; ++k) out[k] = gen.next();
+        });
+    witness.reset();
+    sw::pool_nudge(4);
+    std::this_thread::yield();
+    if (i % 3 == 2) {
+      sw::NoiseQueue::get().cancel(t);
+      continue;
+    }
+    if (!sw::NoiseQueue::get().finish(t)) ++wrong;
+    Sequence ref(i);
+    for (float f : out)
+      if (f != ref.next()) {
+        ++wrong;
+        break;
+      }
+    ++calls;
+  }
   // a cancelled job is dropped; an unknown ticket is refused
   std::vector<float> big(100000);
   Sequence seq(3);
-  const int64_t t = sw::NoiseQueue::get().submit(100000, [&](int64_t b, int64_t e) {
+  auto witness = std::make_shared<Witness>();
+  const int64_t t = sw::NoiseQueue::get().submit(100000, [&, witness](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) big[i] = seq.next();
   });
+  witness.reset();
   sw::pool_nudge(4);
   sw::NoiseQueue::get().cancel(t);
   if (sw::NoiseQueue::get().finish(t)) ++wrong;
   stop = true;
   other.join();
+  if (freed_on_worker.load()) {
+    std::fprintf(stderr, "wrong: %lld noise draws destroyed on a worker thread\n",
+                 static_cast<long long>(freed_on_worker.load()));
+    wrong += freed_on_worker.load();
+  }
   if (wrong.load()) {
     std::printf("wrong %lld of %lld\n", static_cast<long long>(wrong.load()),
                 static_cast<long long>(calls.load()));
