@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -108,7 +108,7 @@ def load_model(
         return LoadedModel(str(name), runtime, tokenizer, None, hub_id, stop_ids=stops)
     if name == DEFAULT_MODEL:
         folder, hub_id = default_model_dir(), DEFAULT_MODEL
-    elif Path(name).is_dir():
+    elif _on_disk(Path(name).is_dir):
         folder = Path(name)
     else:
         hub_id, config = resolve_hub(name)
@@ -128,13 +128,22 @@ def load_model(
 BACKENDS = ("auto", "fast", "transformer_lens")
 
 
+def _on_disk(check: Callable[[], bool]) -> bool:
+    """``Path.is_dir`` / ``is_file``, false for a name no file system could hold (too long,
+    say): it goes on to be refused by name as a hub id, not as an ``OSError``."""
+    try:
+        return check()
+    except OSError:
+        return False
+
+
 def _gguf_file(name, quantized: bool | None) -> Path | None:
     """The GGUF to read ``name`` from: a ``.gguf`` file given by path, or the default
     model's own when asked for quantized."""
     if name == DEFAULT_MODEL:
         return gguf_path() if quantized is not False else None
     path = Path(name)
-    return path if path.suffix.lower() == ".gguf" and path.is_file() else None
+    return path if path.suffix.lower() == ".gguf" and _on_disk(path.is_file) else None
 
 
 def _check_load(name, device, dtype, backend, kernel) -> None:

@@ -165,7 +165,7 @@ def test_any_call_of_the_public_api_gives_a_result_or_a_named_error(
         try:
             call.run(engine, explorer, **kwargs)
         except sw.SteerWidgetsError as err:
-            assert _named(err), f"{call.name}: {err!r} names nothing"
+            assert _named(err) is not None, f"{call.name}: {err!r} names nothing"
             assert swapped, f"{call.name}({kwargs}) is valid but was refused: {err}"
             seen["named"] += 1
             return

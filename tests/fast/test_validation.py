@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import steer_widgets as sw
+from steer_widgets.errors import ModelNotFound
 from steer_widgets.steering import validate_shape
 
 SOURCE = "10-smollm2-res-4k"
@@ -148,3 +149,12 @@ def test_malformed_record_is_named(field, record):
     with pytest.raises(sw.RequestError) as info:
         validate_shape(sw.SteerRequest.from_dict(record))
     assert info.value.field == field, info.value
+
+
+@pytest.mark.parametrize("name", ["word " * 9000, "x" * 5000 + ".gguf"])
+def test_a_model_name_no_file_system_holds_is_refused_by_name(name):
+    """A name too long for a path was an ``OSError`` from ``Path.is_dir``; it is a model
+    that is not found (no model is loaded, no hub is asked: offline)."""
+    with pytest.raises(ModelNotFound) as err:
+        sw.load_model(name)
+    assert err.value.model == name
