@@ -22,7 +22,6 @@ import json
 import math
 import os
 import random
-import resource
 import sys
 import tempfile
 import threading
@@ -39,11 +38,13 @@ TOKENS = 8
 WAIT_S = 120.0  # any wait longer than this is a deadlock
 
 
-def rss_mb() -> float:
-    """This process's resident memory now (Linux /proc; 0 elsewhere)."""
+def rss_mb(field: str = "VmRSS") -> float:
+    """This process's resident memory now (``VmHWM``: its peak) from Linux /proc, 0 elsewhere.
+    Not ``getrusage``: its peak survives ``execve``, so a soak started by a large pytest
+    process would report pytest's resident memory as its own."""
     try:
         for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
+            if line.startswith(f"{field}:"):
                 return int(line.split()[1]) / 1024
     except OSError:
         pass
@@ -257,7 +258,7 @@ def main() -> int:
         "thread_errors": caught[:20], "traceback": traceback_text,
         "rss_loaded_mb": round(loaded_mb), "rss_peak_mb": round(soak.peak_mb),
         "rss_last_mb": round(last_mb), "tensors_last_mb": round(held_mb),
-        "rss_max_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+        "rss_max_mb": round(rss_mb("VmHWM")),
         "torch_threads": torch.get_num_threads(),
     }  # fmt: skip
     text = json.dumps(report, indent=1)
