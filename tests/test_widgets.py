@@ -464,9 +464,11 @@ def gated_neuronpedia(engine, source, monkeypatch, tmp_path):
         gate.set()
 
 
-def show_within(card, source: str, index: int, timeout: float = 1.0) -> None:
+def show_within(card, source: str, index: int, timeout: float = 10.0) -> None:
     """``card.show`` from another thread (the kernel's message thread), which must return
-    within ``timeout`` whatever Neuronpedia does."""
+    within ``timeout`` whatever Neuronpedia does (the patched fetch blocks until the test
+    releases it, so a show that waits for it never returns; the timeout only leaves room
+    for a slow machine's first SAE load)."""
     shower = threading.Thread(target=card.show, args=(source, index), daemon=True)
     shower.start()
     shower.join(timeout)
