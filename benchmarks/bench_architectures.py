@@ -17,8 +17,8 @@ import torch
 import transformers as tf
 from common import best_of, read_bandwidth
 
-from steer_widgets.generation import Row, Sampling, decode
-from steer_widgets.transformer import Transformer, TransformerConfig
+from steer_widgets.runtime.transformer import Transformer, TransformerConfig
+from steer_widgets.steering.generation import Row, Sampling, decode
 
 N_NEW, PROMPT_LEN, VOCAB = 32, 24, 32000
 

@@ -22,7 +22,7 @@ TOKENS = 32
 
 
 def prompts() -> list:
-    from steer_widgets.evaluator import panel
+    from steer_widgets.analysis.evaluator import panel
 
     chats = [p for p in panel() if not isinstance(p, str)]
     texts = [p for p in panel() if isinstance(p, str)]

@@ -17,8 +17,8 @@ import time
 from common import best_of
 
 import steer_widgets as sw
-from steer_widgets.explain import agreement
-from steer_widgets.steering import Feature, SteerRequest, Vector
+from steer_widgets.analysis.explain import agreement
+from steer_widgets.steering.requests import Feature, SteerRequest, Vector
 
 PROMPTS = (
     [{"role": "user", "content": "Tell me about your day."}],

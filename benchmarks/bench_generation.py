@@ -18,13 +18,13 @@ from pathlib import Path
 import torch
 from common import CHAT, best_of, read_bandwidth
 
-from steer_widgets.tl_runtime import hooked_llama
+from steer_widgets.runtime.tl_runtime import hooked_llama
 
 N_NEW = int(os.environ.get("SW_BENCH_NEW_TOKENS", "64"))
 
 
 def _ours(engine, ids):
-    from steer_widgets.generation import Row, Sampling, decode
+    from steer_widgets.steering.generation import Row, Sampling, decode
 
     sampling = Sampling(temperature=0.0, freq_penalty=0.0, seed=0, n_completion_tokens=N_NEW)
     return [s.tokens[0] for s in decode(engine.model.runtime, ids, [Row()], sampling, frozenset())]
@@ -77,7 +77,7 @@ def _llama_cpp(ids: list[int], threads: int) -> dict | None:
     """llama.cpp's tokens/s and greedy tokens on the default GGUF, same prompt ids, batch 1,
     run by ``SW_LLAMA_CPP_PYTHON`` (an interpreter with llama-cpp-python, say a throwaway
     venv's), else by this one where ``llama_cpp`` imports; None where neither has it."""
-    from steer_widgets.model import gguf_path
+    from steer_widgets.runtime.model import gguf_path
 
     python = os.environ.get("SW_LLAMA_CPP_PYTHON", sys.executable)
     has = subprocess.run([python, "-c", "import llama_cpp"], capture_output=True)
@@ -95,7 +95,7 @@ def run() -> dict:
     from transformers import AutoModelForCausalLM
 
     import steer_widgets as sw
-    from steer_widgets.model import default_model_dir
+    from steer_widgets.runtime.model import default_model_dir
 
     engine = sw.Engine(sw.load_model(quantized=False), saes=[])
     qengine = sw.Engine(sw.load_model(quantized=True), saes=[])

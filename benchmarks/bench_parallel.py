@@ -21,7 +21,7 @@ ALTERNATIONS = int(os.environ.get("SW_BENCH_ALTERNATIONS", "7"))
 
 def run() -> dict:
     import steer_widgets as sw
-    from steer_widgets.quant import QuantLinear
+    from steer_widgets.runtime.quant import QuantLinear
 
     engine = sw.Engine.default()
     source = engine.saes.sources()[len(engine.saes.sources()) // 2]

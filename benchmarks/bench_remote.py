@@ -106,7 +106,7 @@ def run() -> dict:
     from interp_server import TOKEN, Server
 
     import steer_widgets as sw
-    from steer_widgets.model import default_model_dir
+    from steer_widgets.runtime.model import default_model_dir
 
     threads = torch.get_num_threads()
     with tempfile.TemporaryDirectory() as tmp:

@@ -8,7 +8,7 @@ import time
 from common import best_of
 
 import steer_widgets as sw
-from steer_widgets.sae_store import SAEStore
+from steer_widgets.sae.store import SAEStore
 
 
 def _ms(fn) -> float:

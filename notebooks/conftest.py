@@ -58,7 +58,7 @@ def _environment(config) -> dict[str, str]:
         cache = hub_cache.build(root)
         sw_cache = root / "steer_widgets"
         sw_cache.mkdir()
-        from steer_widgets.paths import cache_dir
+        from steer_widgets.runtime.paths import cache_dir
 
         for name in SHARED:
             if (cache_dir() / name).exists():

@@ -61,7 +61,7 @@ def main(argv=None) -> None:
     args = p.parse_args(argv)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from steer_widgets.model import default_model_dir
+    from steer_widgets.runtime.model import default_model_dir
 
     folder = default_model_dir()
     tok = AutoTokenizer.from_pretrained(folder, padding_side="left")

@@ -56,7 +56,7 @@ def contrast_subjects() -> list[str]:
 
 def answers(engine, subjects) -> tuple[list, list[str]]:
     """(chats, the subject of each chat): 2 samples of each request about each subject."""
-    from steer_widgets import concepts
+    from steer_widgets.analysis import concepts
 
     chats, about = [], []
     for subject in subjects:

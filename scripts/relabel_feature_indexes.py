@@ -23,7 +23,7 @@ sys.path.insert(0, str(REPO))
 
 def main() -> None:
     import steer_widgets as sw
-    from steer_widgets.feature_index import (
+    from steer_widgets.sae.feature_index import (
         INDEX_FILE,
         feature_label,
         final_norm_weight,
@@ -43,7 +43,7 @@ def main() -> None:
             f["top_tokens"], f["bottom_tokens"] = top, bottom
             f["label"] = feature_label(f.get("contexts", ()), top)
         data["top_tokens_method"] = "W_dec[i] * final_norm.weight @ W_U (top and bottom 10)"
-        data["label_method"] = "steer_widgets.feature_index.feature_label"
+        data["label_method"] = "steer_widgets.sae.feature_index.feature_label"
         path.write_bytes(gzip.compress(json.dumps(data).encode(), mtime=0))
         print(source, [data["features"][i]["label"] for i in range(8)])
 

@@ -1,4 +1,4 @@
-"""Train the default TopK SAEs shipped in ``steer_widgets/saes/`` (SAE Lens on-disk format).
+"""Train the default TopK SAEs shipped in ``steer_widgets/data/saes/`` (SAE Lens on-disk format).
 
 Residual-stream SAEs for the offline default model SmolLM2-135M-Instruct at
 ``blocks.{5,10,22}.hook_resid_post`` (d_sae 4096, k 32), trained with SAE Lens' ``SAETrainer``

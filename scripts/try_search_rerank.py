@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 import bench_steer_efficacy as bench
 
 import steer_widgets as sw
-from steer_widgets.evaluator import panel
+from steer_widgets.analysis.evaluator import panel
 
 split = sys.argv[1]
 e = sw.Engine.default()

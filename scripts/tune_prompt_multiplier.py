@@ -45,7 +45,7 @@ LADDERS = {"multiplier": MULTIPLIER, "directions": DIRECTIONS}
 
 def directions(engine, name: str, kinds) -> dict:
     """Each kind's unit direction and hook for one concept."""
-    from steer_widgets.concepts import example_prompts, request_baseline
+    from steer_widgets.analysis.concepts import example_prompts, request_baseline
 
     req = engine.concept_vector(name)
     out = {"request": ("vectors", req.vector, req.hook)}

@@ -32,7 +32,7 @@ def main(argv=None) -> None:
     import bench_steer_efficacy as bench
 
     import steer_widgets as sw
-    from steer_widgets.concepts import baseline, neutral_examples
+    from steer_widgets.analysis.concepts import baseline, neutral_examples
 
     p = argparse.ArgumentParser()
     p.add_argument("--out", type=Path, required=True)

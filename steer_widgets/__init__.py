@@ -4,18 +4,18 @@ The engine (``Engine``, ``SteerRequest``, ``Feature``, ``Vector``) runs in the k
 nothing of widgets; ``Explorer`` is the widget front end that calls it.
 """
 
+from .analysis.evaluation import Evaluation
 from .engine import Engine
 from .errors import RequestError, SourceError, SteerWidgetsError
-from .evaluation import Evaluation
-from .generation import Sampling, TokenProb
-from .model import DEFAULT_MODEL, load_model
-from .results import Completion, Frame, SteerResult
-from .sae_store import SAEStore
-from .steering import METHODS, TYPES, Feature, SteerRequest, Vector
+from .runtime.model import DEFAULT_MODEL, load_model
+from .sae.store import SAEStore
+from .steering.generation import Sampling, TokenProb
+from .steering.requests import METHODS, TYPES, Feature, SteerRequest, Vector
+from .steering.results import Completion, Frame, SteerResult
 from .version import __version__
 
 try:  # Engine.remote: the remote engine declares itself to Engine (it subclasses it)
-    from . import remote as _remote  # noqa: F401
+    from .remote import engine as _remote  # noqa: F401
 except ModuleNotFoundError as err:  # the remote extra (httpx) is not installed
     if err.name != "httpx":
         raise

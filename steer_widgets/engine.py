@@ -17,19 +17,19 @@ import torch
 from torch import Tensor
 
 from . import checks
-from .activations import FeatureActivations, ResidualCache, Text, TopFeatures, TopPerToken
-from .analysis import Analysis
-from .arguments import public_methods
-from .concepts import PROMPT_MULTIPLIER, Concepts, FeatureMatches
+from .analysis.activations import FeatureActivations, ResidualCache, Text, TopFeatures, TopPerToken
+from .analysis.concepts import PROMPT_MULTIPLIER, Concepts, FeatureMatches
+from .analysis.evaluation import Evaluation
+from .analysis.text import Analysis
+from .checks import public_methods
 from .errors import RequestError
-from .evaluation import Evaluation
-from .feature_index import FeatureIndex
-from .generation import Row, Sampling, Step, decode
-from .hook_view import centres_writes
-from .model import DEFAULT_MODEL, LoadedModel, load_model
-from .results import Completion, Frame, SteerResult, as_request, check_outputs, ordered
-from .sae_store import DEFAULT_BUDGET, SAEStore, check_locations
-from .steering import (
+from .runtime.model import DEFAULT_MODEL, LoadedModel, load_model
+from .runtime.tokens import EncodedPrompt
+from .sae.feature_index import FeatureIndex
+from .sae.hook_view import centres_writes
+from .sae.store import DEFAULT_BUDGET, SAEStore, check_locations
+from .steering.generation import Row, Sampling, Step, decode
+from .steering.requests import (
     Plan,
     SteerRequest,
     Vector,
@@ -38,7 +38,7 @@ from .steering import (
     unsteered,
     validate_shape,
 )
-from .tokens import EncodedPrompt
+from .steering.results import Completion, Frame, SteerResult, as_request, check_outputs, ordered
 
 DEFAULT_CACHE_SIZE = 32
 _default_engine: Engine | None = None
@@ -326,7 +326,7 @@ class Engine:
     ) -> EvaluationStream:
         """``evaluate`` as a stream: the evaluation so far each time rows finish (what the
         explorer's panel draws). Validates at once, before the first row decodes."""
-        from .evaluator import Evaluator
+        from .analysis.evaluator import Evaluator
 
         evaluator = Evaluator(self, steering, prompts, strengths, judge, **sampling)
         return EvaluationStream(evaluator.empty().total, evaluator.stream(cancel))
@@ -404,7 +404,7 @@ class Engine:
         return self._explainer().changed_features(result, source, n, label)
 
     def _explainer(self):
-        from .explain import Explainer
+        from .analysis.explain import Explainer
 
         if "_explain" not in self.__dict__:
             self._explain = Explainer(self)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import difflib
+
 
 class SteerWidgetsError(Exception):
     """Base class: anything raised on purpose by steer_widgets."""
@@ -116,3 +118,12 @@ class RemoteStreamBroken(RemoteError):
 class RemoteUnsupported(RequestError):
     """A request field the remote server cannot serve exactly (a hook it has no point for, a
     sampling rule it lacks). Raised before any request is sent."""
+
+
+def suggest(name: str, choices: list[str], n: int = 3) -> str:
+    """``"; did you mean 'a', 'b'?"`` for the nearest names (difflib), or ``""``."""
+    near = difflib.get_close_matches(name, choices, n=n, cutoff=0.6)
+    if not near:
+        lowered = name.lower()
+        near = [c for c in choices if lowered in c.lower()][:n]
+    return f"; did you mean {', '.join(repr(c) for c in near)}?" if near else ""

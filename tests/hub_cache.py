@@ -397,7 +397,7 @@ def write_saes(cache: Path) -> None:
 
 
 def _registry_norm(release: str, sae_id: str) -> float:
-    from steer_widgets.releases import release_info
+    from steer_widgets.sae.releases import release_info
 
     return float(release_info(release).sae(sae_id).get("norm_scaling_factor") or 1.0)
 

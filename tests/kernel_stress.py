@@ -23,7 +23,7 @@ from collections.abc import Callable
 import numpy as np
 import torch
 
-from steer_widgets import native, quant
+from steer_widgets.runtime import native, quant
 
 Call = Callable[[], torch.Tensor]
 

@@ -14,9 +14,9 @@ import torch
 import transformers as tf
 
 import steer_widgets as sw
-from steer_widgets.generation import Row, Sampling, decode
-from steer_widgets.model import load_model
-from steer_widgets.transformer import Transformer
+from steer_widgets.runtime.model import load_model
+from steer_widgets.runtime.transformer import Transformer
+from steer_widgets.steering.generation import Row, Sampling, decode
 
 PROMPT = "The quick brown fox jumps over the lazy dog, and then the dog sleeps all day long."
 SIZES = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=3, num_attention_heads=4)

@@ -37,9 +37,9 @@ STEERED = '.sw-pane[data-label="STEERED"]'
 pytestmark = [
     pytest.mark.browser,
     pytest.mark.skipif(
-        not any((REPO / "steer_widgets" / "saes").glob("*/cfg.json"))
+        not any((REPO / "steer_widgets" / "data" / "saes").glob("*/cfg.json"))
         and not os.environ.get("SW_DEV_SAE"),
-        reason="the default engine has no SAEs yet (steer_widgets/saes/ not trained)",
+        reason="the default engine has no SAEs yet (steer_widgets/data/saes/ not trained)",
     ),
 ]
 
@@ -257,7 +257,7 @@ def evaluate(page, prompts: list[str], ladder: list[float] | None = None) -> Non
     Typing into both boxes can race the click: ipywidgets holds a widget's second update
     until the kernel has answered its first, while the click's message goes at once, so a
     busy kernel may start on the ladder it had. One box typed, the order holds."""
-    from steer_widgets.evaluator import LADDER
+    from steer_widgets.analysis.evaluator import LADDER
 
     page.locator(".sw-eval details summary").click()
     commit(page, ".sw-eval-prompts", "\n".join(prompts))

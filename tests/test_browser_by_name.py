@@ -47,7 +47,7 @@ def exported(tmp_path_factory) -> Path:
     out = root / "by_name.html"
     sw_cache = root / "sw-cache"  # not "steer_widgets": the kernel runs beside it
     sw_cache.mkdir()
-    from steer_widgets.paths import cache_dir
+    from steer_widgets.runtime.paths import cache_dir
 
     if (cache_dir() / "ext").exists():  # the compiled kernel, read only: not rebuilt here
         (sw_cache / "ext").symlink_to(cache_dir() / "ext")

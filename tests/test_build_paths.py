@@ -21,8 +21,8 @@ import torch
 from torch_threads import at_threads
 
 import steer_widgets as sw
-from steer_widgets import native
-from steer_widgets.paths import cache_dir
+from steer_widgets.runtime import native
+from steer_widgets.runtime.paths import cache_dir
 
 CHAT = [{"role": "user", "content": "Tell me about the ocean."}]
 CPU = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
@@ -33,7 +33,7 @@ VARIANTS = {
 
 SCRIPT = """
 import json, sys, torch
-from steer_widgets import native, quant
+from steer_widgets.runtime import native, quant
 native.FLAGS[:] = sys.argv[1].split()
 import steer_widgets as sw
 from tests.test_build_paths import rows_and_solo
@@ -87,7 +87,7 @@ def here(engine) -> list[dict]:
 def transformers_greedy(engine) -> list[int]:
     from transformers import AutoModelForCausalLM
 
-    from steer_widgets.model import default_model_dir
+    from steer_widgets.runtime.model import default_model_dir
 
     hf = AutoModelForCausalLM.from_pretrained(default_model_dir(), dtype=torch.float32).eval()
     ids = list(engine.tokenizer.encode(CHAT).ids)

@@ -21,9 +21,10 @@ import pytest
 import torch
 
 import steer_widgets as sw
-from steer_widgets import errors, releases
-from steer_widgets.paths import cache_dir
-from steer_widgets.transformer import Transformer
+from steer_widgets import errors
+from steer_widgets.runtime.paths import cache_dir
+from steer_widgets.runtime.transformer import Transformer
+from steer_widgets.sae import releases
 
 PROMPT = "The quick brown fox jumps over the lazy dog"
 # family -> (model name as typed, release/sae id, hook, transformers hidden-state index)
@@ -86,7 +87,7 @@ def hub(tmp_path_factory):
     import huggingface_hub.constants as hf
     from hub_cache import build
 
-    from steer_widgets import native
+    from steer_widgets.runtime import native
 
     native.extension()  # the compiled kernel from the user cache, before the cache moves
     before, tree = _listing(), _tree_files()
@@ -257,7 +258,7 @@ def _hub_error(cls, status: int):
 def test_gated_and_missing_model_repos_are_named(hub, monkeypatch):
     from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
 
-    from steer_widgets import model
+    from steer_widgets.runtime import model
 
     def gated(repo_id, filename):
         raise _hub_error(GatedRepoError, 403)
@@ -438,7 +439,7 @@ def test_an_it_model_by_name_chats_stops_searches_and_opens_the_explorer(hub):
 def test_other_architectures_run_through_transformer_lens_by_name(hub):
     """GPT-Neo is not a fast-runtime architecture: by its TransformerLens name it loads from
     the hub cache through TransformerLens."""
-    from steer_widgets.tl_runtime import TransformerLensRuntime
+    from steer_widgets.runtime.tl_runtime import TransformerLensRuntime
 
     engine = sw.Engine("gpt-neo-125M", saes=[])
     assert isinstance(engine.model.runtime, TransformerLensRuntime)
@@ -450,7 +451,7 @@ def test_other_architectures_run_through_transformer_lens_by_name(hub):
 def test_a_release_reads_the_same_features_through_transformer_lens(hub):
     """gpt2-small-res-jb on TransformerLens' runtime (``backend="transformer_lens"``) reads
     what it reads on the fast runtime: the release's centring is applied at the hook on both."""
-    from steer_widgets.tl_runtime import TransformerLensRuntime
+    from steer_widgets.runtime.tl_runtime import TransformerLensRuntime
 
     name, location, _, _ = CASES["jb"]
     fast = sw.Engine(name, saes={"sae": location})

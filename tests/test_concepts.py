@@ -9,7 +9,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 import steer_widgets as sw
-from steer_widgets import concepts
+from steer_widgets.analysis import concepts
 
 POS = [
     "The orchestra played a symphony; violins and cellos filled the concert hall with music.",

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 import steer_widgets as sw
-from steer_widgets.evaluation import Evaluation
-from steer_widgets.judges import JudgeError, mentions
+from steer_widgets.analysis.evaluation import Evaluation
+from steer_widgets.analysis.judges import JudgeError, mentions
 
 CHAT = [{"role": "user", "content": "Tell me a fact about the weather in two sentences."}]
 SHORT_CHAT = [{"role": "user", "content": "Answer with one word: is water wet?"}]

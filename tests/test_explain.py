@@ -8,10 +8,10 @@ import math
 import pytest
 import torch
 
+from steer_widgets.analysis.explain import agreement, path_points, spearman
 from steer_widgets.errors import RequestError, SourceError
-from steer_widgets.explain import agreement, path_points, spearman
-from steer_widgets.results import SteerResult
-from steer_widgets.steering import Feature, SteerRequest, Vector
+from steer_widgets.steering.requests import Feature, SteerRequest, Vector
+from steer_widgets.steering.results import SteerResult
 
 LATE_HOOK = "blocks.24.hook_resid_post"
 SOURCE = "12-smollm2-res-4k"
@@ -158,7 +158,7 @@ def test_path_points_and_spearman():
 def test_a_model_that_is_not_local_is_refused_by_name(engine, by_feature):
     from types import SimpleNamespace
 
-    from steer_widgets.explain import Explainer
+    from steer_widgets.analysis.explain import Explainer
 
     remote_like = SimpleNamespace(model=SimpleNamespace(runtime=object(), name=engine.model.name))
     with pytest.raises(RequestError, match="engine"):
@@ -167,7 +167,7 @@ def test_a_model_that_is_not_local_is_refused_by_name(engine, by_feature):
 
 def test_the_differentiable_linear_matches_the_compiled_one(engine):
     """Forward values as generation computes them; the backward is g @ W."""
-    from steer_widgets.explain import _grad_mm, dense_weight
+    from steer_widgets.analysis.explain import _grad_mm, dense_weight
 
     lin = engine.model.runtime.layers[0].wqkv
     x = torch.randn(2, 5, lin.in_features, requires_grad=True)
@@ -186,8 +186,8 @@ def test_the_differentiable_linear_matches_the_compiled_one(engine):
 
 def test_rows_of_a_packed_float_weight_are_its_rows():
     """The float32 kernel's [N/16, K, 16] blocks read back a row range at any offset."""
-    from steer_widgets.explain import dense_weight, input_gradient
-    from steer_widgets.linear import Linear
+    from steer_widgets.analysis.explain import dense_weight, input_gradient
+    from steer_widgets.runtime.linear import Linear
 
     w = torch.randn(70, 48, generator=torch.Generator().manual_seed(0))
     lin = Linear(w)
@@ -202,8 +202,8 @@ def test_rows_of_a_packed_float_weight_are_its_rows():
 def test_transformer_lens_runtime_gives_the_same_attribution(engine):
     """TransformerLens is plain torch: its autograd path must agree with ours."""
     from steer_widgets import Engine
-    from steer_widgets.model import LoadedModel, default_model_dir
-    from steer_widgets.tl_runtime import TransformerLensRuntime, hooked_llama
+    from steer_widgets.runtime.model import LoadedModel, default_model_dir
+    from steer_widgets.runtime.tl_runtime import TransformerLensRuntime, hooked_llama
 
     folder = engine.model.source_dir or default_model_dir()  # a GGUF load has no folder
     runtime = TransformerLensRuntime(hooked_llama(folder))
@@ -230,7 +230,7 @@ def test_what_changed_is_read_for_each_steering_not_for_an_object_id(engine, mon
     """Two results with the same tokens and different steering get their own "what changed"
     even where the second one has the first one's id (Python reuses the ids of collected
     objects; simulated by making every id the same), as the explorer meets over a long day."""
-    import steer_widgets.explain as explain
+    import steer_widgets.analysis.explain as explain
 
     def run(strength: float) -> SteerResult:
         request = SteerRequest(
@@ -259,7 +259,7 @@ def test_attribution_holds_one_float32_weight_at_a_time(engine, by_feature, monk
     import gc
     import weakref
 
-    import steer_widgets.explain as explain
+    import steer_widgets.analysis.explain as explain
 
     made, real, most = [], explain.dense_weight, [0]
 

@@ -58,12 +58,13 @@ ex.evaluate(["I went to the", "Let me tell you about", *chats], strengths=(0, 0.
 
 def _have_saes() -> bool:
     return bool(os.environ.get("SW_DEV_SAE")) or any(
-        (ROOT / "steer_widgets" / "saes").glob("*/cfg.json")
+        (ROOT / "steer_widgets" / "data" / "saes").glob("*/cfg.json")
     )
 
 
 needs_saes = pytest.mark.skipif(
-    not _have_saes(), reason="no SAEs yet: steer_widgets/saes/ not trained and SW_DEV_SAE unset"
+    not _have_saes(),
+    reason="no SAEs yet: steer_widgets/data/saes/ not trained and SW_DEV_SAE unset",
 )
 
 

@@ -18,11 +18,11 @@ import torch
 from safetensors.torch import save_file
 
 import steer_widgets as sw
-from steer_widgets.activations import ResidualCache, residuals
-from steer_widgets.hook_view import HookView, centres_writes
-from steer_widgets.sae_store import SAEStore
-from steer_widgets.steering import METHODS, Direction, row_op
-from steer_widgets.tl_runtime import TransformerLensRuntime
+from steer_widgets.analysis.activations import ResidualCache, residuals
+from steer_widgets.runtime.tl_runtime import TransformerLensRuntime
+from steer_widgets.sae.hook_view import HookView, centres_writes
+from steer_widgets.sae.store import SAEStore
+from steer_widgets.steering.requests import METHODS, Direction, row_op
 
 D_MODEL, N_HEADS, D_SAE = 32, 4, 96
 HOOKS = [
@@ -174,8 +174,8 @@ def test_prepend_bos_puts_bos_first_once():
     """Completion prompts get BOS where TransformerLens would add it, and never twice."""
     from transformers import AutoTokenizer
 
-    from steer_widgets.model import default_model_dir
-    from steer_widgets.tokens import Tokenizer
+    from steer_widgets.runtime.model import default_model_dir
+    from steer_widgets.runtime.tokens import Tokenizer
 
     hf = AutoTokenizer.from_pretrained(default_model_dir())
     plain, with_bos = Tokenizer(hf), Tokenizer(hf, prepend_bos=True)

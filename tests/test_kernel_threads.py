@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from steer_widgets import native
+from steer_widgets.runtime import native
 
 ROOT = Path(__file__).resolve().parents[1]
 STRESS = Path(__file__).parent / "kernel_stress.py"
@@ -75,7 +75,7 @@ def test_the_pool_starts_one_worker_fewer_than_the_largest_count(tmp_path):
     reuses them (a smaller count never shrinks the pool; any worker may claim a chunk)."""
     script = """
 import torch
-from steer_widgets import native
+from steer_widgets.runtime import native
 x, packed = torch.randn(4, 576), native.pack(torch.randn(4096, 576))
 seen = []
 for n in (1, 8, 3):

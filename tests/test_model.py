@@ -11,8 +11,8 @@ import pytest
 import torch
 
 import steer_widgets as sw
-from steer_widgets.generation import Row, Sampling, decode
-from steer_widgets.model import default_model_dir
+from steer_widgets.runtime.model import default_model_dir
+from steer_widgets.steering.generation import Row, Sampling, decode
 
 CHAT = [{"role": "user", "content": "What is the capital of France?"}]
 
@@ -26,7 +26,7 @@ def test_loads_and_answers_chat_with_network_unreachable(tmp_path):
     code = textwrap.dedent(
         """
         import steer_widgets as sw
-        from steer_widgets.model import load_model
+        from steer_widgets.runtime.model import load_model
         engine = sw.Engine(load_model(), saes=[])
         out = engine.generate([{"role": "user", "content": "What is the capital of France?"}],
                               n_completion_tokens=12, temperature=0)
@@ -136,7 +136,7 @@ def test_bad_input_names_the_field(engine, prompt, changes, field):
 
 
 def test_chat_on_model_without_template_is_an_error(engine):
-    from steer_widgets.tokens import Tokenizer
+    from steer_widgets.runtime.tokens import Tokenizer
 
     hf = engine.tokenizer.hf
     saved = hf.chat_template
@@ -171,7 +171,7 @@ def test_layers_split_over_devices_give_the_same_logits(engine):
     """A model larger than one device is split layer-wise; here two 'devices' are the CPU."""
     from safetensors.torch import load_file
 
-    from steer_widgets.transformer import Transformer, place_layers
+    from steer_widgets.runtime.transformer import Transformer, place_layers
 
     assert place_layers(["cuda:0", "cuda:1"], 4) == [
         torch.device(d) for d in ("cuda:0",) * 2 + ("cuda:1",) * 2

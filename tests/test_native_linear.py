@@ -13,8 +13,8 @@ import pytest
 import torch
 from torch_threads import at_threads
 
-from steer_widgets import native
-from steer_widgets.linear import Linear
+from steer_widgets.runtime import native
+from steer_widgets.runtime.linear import Linear
 
 # (out, in): below one 16-column block, across block edges, odd reductions, a model-sized one
 SHAPES = [(1, 1), (5, 3), (15, 17), (16, 16), (17, 33), (33, 100), (100, 7), (130, 576)]
@@ -84,7 +84,7 @@ def test_native_rms_norm_equals_the_torch_formula_and_rows_are_exact_alone(d):
 
 @pytest.mark.parametrize(("d", "r"), [(64, 64), (64, 16), (80, 20), (256, 256)])
 def test_native_rotary_is_bit_for_bit_the_torch_ops(d, r):
-    from steer_widgets.transformer import _rotate
+    from steer_widgets.runtime.transformer import _rotate
 
     gen = torch.Generator().manual_seed(5)
     qk = torch.randn(2, 3, 12, d, generator=gen)[:, :, 1:7]  # a slice, as q and k heads are
@@ -268,8 +268,8 @@ def test_other_dtypes_take_another_kernel():
 
 FALLBACK = """
 import torch
-from steer_widgets import native
-from steer_widgets.linear import Linear
+from steer_widgets.runtime import native
+from steer_widgets.runtime.linear import Linear
 w = torch.randn(40, 24)
 lin = Linear(w, kernel="native")
 x = torch.randn(2, 1, 24)
@@ -305,7 +305,7 @@ def test_a_failed_build_warns_once_falls_back_to_onednn_and_is_remembered(tmp_pa
 VARIANT = """
 import sys, torch
 from pathlib import Path
-from steer_widgets import native
+from steer_widgets.runtime import native
 flags = ["-O3", "-ffp-contract=off", "-fopenmp", *sys.argv[2:]]
 native.build("kernels_variant", Path(sys.argv[1]), flags)
 op = torch.ops.steer_widgets.rowwise_linear

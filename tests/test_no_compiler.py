@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from steer_widgets.model import default_model_dir
-from steer_widgets.paths import cache_dir
+from steer_widgets.runtime.model import default_model_dir
+from steer_widgets.runtime.paths import cache_dir
 
 SCRIPT = """
 import json, resource, time, warnings
 warnings.simplefilter("always")
 import steer_widgets as sw
-from steer_widgets import native, quant
+from steer_widgets.runtime import native, quant
 from tests.test_build_paths import requests, rows_and_solo
 start = time.perf_counter()
 engine = sw.Engine.default()

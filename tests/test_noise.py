@@ -9,8 +9,8 @@ import time
 import pytest
 import torch
 
-from steer_widgets import native
-from steer_widgets.generation import RowSampler, Sampling
+from steer_widgets.runtime import native
+from steer_widgets.steering.generation import RowSampler, Sampling
 
 
 @pytest.fixture

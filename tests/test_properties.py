@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import steer_widgets as sw
-from steer_widgets.steering import output_multipliers
+from steer_widgets.steering.requests import output_multipliers
 
 # Hypothesis keeps a cache in ./.hypothesis unless told otherwise: never in the work tree.
 os.environ.setdefault(

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 import steer_widgets as sw
-from steer_widgets import native, quant
 from steer_widgets.errors import QuantizationUnsupported
-from steer_widgets.model import load_model
+from steer_widgets.runtime import native, quant
+from steer_widgets.runtime.model import load_model
 
 pytestmark = pytest.mark.skipif(native.extension() is None, reason="no C++ compiler here")
 
@@ -152,7 +152,7 @@ def test_rows_in_a_batch_equal_rows_alone(quantized):
 def test_greedy_tokens_equal_transformers(qengine):
     from transformers import AutoModelForCausalLM
 
-    from steer_widgets.model import default_model_dir
+    from steer_widgets.runtime.model import default_model_dir
 
     hf = AutoModelForCausalLM.from_pretrained(default_model_dir(), dtype=torch.float32).eval()
     ids = list(qengine.tokenizer.encode(CHAT).ids)
@@ -189,7 +189,7 @@ def test_steering_and_sae_reads_equal_the_float32_engine(qengine, fengine, sourc
 
 VARIANT = """
 import sys, numpy as np, torch
-from steer_widgets import native, quant
+from steer_widgets.runtime import native, quant
 native.FLAGS[:] = sys.argv[1].split()
 from tests.test_quantized import random_blocks
 assert native.extension() is not None
@@ -236,7 +236,7 @@ def tokenizer_fields() -> dict:
     """The default GGUF's tokenizer (a tiny model needs a real one for transformers)."""
     import gguf
 
-    from steer_widgets.model import gguf_path
+    from steer_widgets.runtime.model import gguf_path
 
     fields = gguf.GGUFReader(gguf_path()).fields
 
@@ -319,7 +319,7 @@ def tokenizer():
 
 @pytest.fixture
 def gguf_cache(tmp_path, monkeypatch):
-    from steer_widgets import gguf_model
+    from steer_widgets.runtime import gguf_model
 
     monkeypatch.setattr(gguf_model, "cache_dir", lambda: tmp_path / "cache")
     return tmp_path
@@ -328,7 +328,7 @@ def gguf_cache(tmp_path, monkeypatch):
 def test_a_gguf_of_another_architecture_matches_transformers_loader(tokenizer, gguf_cache):
     from transformers import AutoModelForCausalLM
 
-    from steer_widgets.explain import dense_weight
+    from steer_widgets.analysis.explain import dense_weight
 
     path = gguf_cache / "tiny-qwen2.gguf"
     write_tiny_qwen2(path, tokenizer)
@@ -368,8 +368,8 @@ def test_a_converted_gguf_loads_its_config_without_transformers(tokenizer, gguf_
 
     from transformers import AutoConfig
 
-    from steer_widgets import gguf_model
-    from steer_widgets.transformer import TransformerConfig, fast_config
+    from steer_widgets.runtime import gguf_model
+    from steer_widgets.runtime.transformer import TransformerConfig, fast_config
 
     path = gguf_cache / "tiny-qwen2.gguf"
     write_tiny_qwen2(path, tokenizer)
@@ -394,7 +394,7 @@ def test_a_conversion_leaves_another_process_conversion_alone(tokenizer, gguf_ca
     """Two processes converting the same file each write a temporary folder of their own.
     Temporary names once came from ``id()``, which another process can share: here the other
     process's half-written folder sits at the name this process would have taken."""
-    from steer_widgets import gguf_model
+    from steer_widgets.runtime import gguf_model
 
     monkeypatch.setattr(gguf_model, "id", lambda _: 7, raising=False)  # ids that collide
     path = gguf_cache / "tiny-qwen2.gguf"

@@ -18,9 +18,9 @@ pytest.importorskip("interp_engine", reason="the remote extra: pip install -e '.
 from interp_server import TOKEN, Server, free_port  # noqa: E402
 
 import steer_widgets as sw  # noqa: E402
-from steer_widgets import remote_client  # noqa: E402
-from steer_widgets.model import default_model_dir  # noqa: E402
-from steer_widgets.remote_client import RemoteClient  # noqa: E402
+from steer_widgets.remote import client as remote_client  # noqa: E402
+from steer_widgets.remote.client import RemoteClient  # noqa: E402
+from steer_widgets.runtime.model import default_model_dir  # noqa: E402
 
 CHAT = [{"role": "user", "content": "Write a long story about a dragon who learns to paint."}]
 MAX_NEW = 64  # the main server's --max-new-tokens, to test that limit
@@ -348,7 +348,7 @@ def test_remote_recommends_the_strengths_measured_without_a_prompt_multiplier(
 ):
     """The server steers every position alike, so its recommended strengths are the ones
     measured that way (x1), not the local engine's (measured with the prompt pushed x2)."""
-    from steer_widgets.concepts import SHARES
+    from steer_widgets.analysis.concepts import SHARES
 
     hook = engine.saes.config(sources[1]).hook_name
     norm = remote.typical_norm(hook)

@@ -15,8 +15,8 @@ import torch
 from safetensors.torch import save_file
 
 import steer_widgets as sw
-from steer_widgets.sae import SAE, SAEConfig
-from steer_widgets.sae_store import SAEStore
+from steer_widgets.sae.sae import SAE, SAEConfig
+from steer_widgets.sae.store import SAEStore
 
 D_IN, D_SAE = 64, 256
 
@@ -233,7 +233,7 @@ def test_one_feature_index_check(tmp_path):
 
 
 def test_per_head_rows_have_no_output_tokens():
-    from steer_widgets.feature_index import top_output_tokens
+    from steer_widgets.sae.feature_index import top_output_tokens
 
     rows = top_output_tokens(torch.randn(3, 16), torch.randn(64, 50), tokenizer=None)
     assert rows == [([], []), ([], []), ([], [])]

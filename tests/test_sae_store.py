@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import steer_widgets as sw
-from steer_widgets.sae_store import SAEStore
+from steer_widgets.sae.store import SAEStore
 
 
 @pytest.fixture

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from steer_widgets import generation
-from steer_widgets.generation import Row
-from steer_widgets.transformer import Transformer
+from steer_widgets.runtime.transformer import Transformer
+from steer_widgets.steering import generation
+from steer_widgets.steering.generation import Row
 
 
 def _add(vector: torch.Tensor):

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import steer_widgets as sw
-from steer_widgets.steering import (
+from steer_widgets.steering.requests import (
     Direction,
     PromptPositions,
     output_multipliers,

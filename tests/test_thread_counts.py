@@ -14,9 +14,9 @@ from test_shared_prefill import ROWS, _prefill
 from torch_threads import at_threads
 
 import steer_widgets as sw
-from steer_widgets import native
-from steer_widgets.generation import Row, RowSampler, Sampling
-from steer_widgets.model import load_model
+from steer_widgets.runtime import native
+from steer_widgets.runtime.model import load_model
+from steer_widgets.steering.generation import Row, RowSampler, Sampling
 
 THREADS = [1, 2, 4, 8]
 CHAT = [{"role": "user", "content": "Tell me about the ocean."}]

@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 
 import steer_widgets as sw
-from steer_widgets.model import LoadedModel, default_model_dir
-from steer_widgets.steering import output_multipliers
-from steer_widgets.tl_runtime import TransformerLensRuntime, hooked_llama
+from steer_widgets.runtime.model import LoadedModel, default_model_dir
+from steer_widgets.runtime.tl_runtime import TransformerLensRuntime, hooked_llama
+from steer_widgets.steering.requests import output_multipliers
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import steer_widgets as sw
-from steer_widgets.generation import TOP_K
+from steer_widgets.steering.generation import TOP_K
 
 PROMPT = "The best thing about the weekend is"
 N = 8
@@ -132,7 +132,7 @@ def test_panes_say_when_a_backend_has_no_probabilities():
 
 
 def test_top_tokens_equal_torch_topk_and_order_minus_infinity_by_id():
-    from steer_widgets.generation import _top
+    from steer_widgets.steering.generation import _top
 
     logp = torch.log_softmax(torch.randn(5000, generator=torch.Generator().manual_seed(3)), -1)
     values, ids = logp.topk(5)

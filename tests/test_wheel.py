@@ -15,17 +15,17 @@ from pathlib import Path
 
 import pytest
 
-from steer_widgets import native
+from steer_widgets.runtime import native
 
 ROOT = Path(__file__).resolve().parents[1]
 WHEEL = f"steer_widgets-{version('steer_widgets')}-py3-none-any.whl"
 DATA = [
     "steer_widgets/py.typed",
-    "steer_widgets/saes/quality.json",
+    "steer_widgets/data/saes/quality.json",
     "steer_widgets/data/neutral.json",
-    "steer_widgets/saes/10-smollm2-res-4k/cfg.json",
-    "steer_widgets/saes/10-smollm2-res-4k/sae_weights.safetensors",
-    "steer_widgets/saes/10-smollm2-res-4k/feature_index.json.gz",
+    "steer_widgets/data/saes/10-smollm2-res-4k/cfg.json",
+    "steer_widgets/data/saes/10-smollm2-res-4k/sae_weights.safetensors",
+    "steer_widgets/data/saes/10-smollm2-res-4k/feature_index.json.gz",
     "steer_widgets/widgets/completions.js",
     "steer_widgets/widgets/heatmap.js",
     "steer_widgets/widgets/tip.js",
@@ -33,7 +33,7 @@ DATA = [
     "steer_widgets/static/embed-amd.js",
     "steer_widgets/static/LICENSES.txt",
     # every source and header the kernel builds from (the installed package compiles it)
-    *(f"steer_widgets/csrc/{p.name}" for p in (*native.SOURCES, *native.HEADERS)),
+    *(f"steer_widgets/runtime/csrc/{p.name}" for p in (*native.SOURCES, *native.HEADERS)),
 ]
 CHECK_INSTALLED = """
 import sys, importlib.resources as res, steer_widgets as sw

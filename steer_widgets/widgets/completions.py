@@ -12,8 +12,8 @@ from collections.abc import Callable, Mapping, Sequence
 import anywidget
 import traitlets
 
-from ..explain import effect_line
-from ..results import Completion
+from ..analysis.explain import effect_line
+from ..steering.results import Completion
 from . import assets
 from .token_probs import hover_rows
 

@@ -18,8 +18,8 @@ from collections.abc import Callable, Sequence
 import anywidget
 import traitlets
 
+from ..analysis.evaluation import Evaluation, grid
 from ..errors import RequestError
-from ..evaluation import Evaluation, grid
 from .assets import css, esm
 
 STATES = {

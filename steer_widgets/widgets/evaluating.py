@@ -14,10 +14,10 @@ import threading
 import traceback
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
+from ..analysis.evaluation import Evaluation
+from ..analysis.judges import label_words
 from ..errors import SteerWidgetsError
-from ..evaluation import Evaluation
-from ..judges import label_words
-from ..steering import SteerRequest
+from ..steering.requests import SteerRequest
 from .evaluate_panel import EvaluatePanel
 
 
@@ -72,7 +72,7 @@ class Evaluating:
 
     def _inputs(self, prompts, strengths) -> tuple:
         """Prompts and ladder as given, else the panel's (at first the shipped ones)."""
-        from ..evaluator import LADDER, panel
+        from ..analysis.evaluator import LADDER, panel
 
         if prompts is None:
             prompts = self.panel.prompts() if self.panel.prompts_text.strip() else panel()

@@ -15,9 +15,9 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
+from ..analysis.explain import local_runtime
 from ..errors import SteerWidgetsError
-from ..explain import local_runtime
-from ..results import SteerResult
+from ..steering.results import SteerResult
 from .completions import Completions, effect_state
 from .heatmap import Heatmap, changed_rows
 from .worker import Worker
@@ -92,7 +92,7 @@ class ExplainPanel:
             return None
         if result.request.features:
             return result.request.features[0].source
-        from ..runtime import hook_layer
+        from ..runtime.protocol import hook_layer
 
         layers = [hook_layer(v.hook) or 0 for v in result.request.vectors]
         saes = self.engine.saes

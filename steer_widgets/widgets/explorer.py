@@ -24,10 +24,10 @@ from contextlib import contextmanager
 from typing import Any
 
 from .. import checks
-from ..arguments import public_methods
+from ..checks import public_methods
 from ..errors import ArgumentError, RequestError, SteerWidgetsError
-from ..results import Completion, SteerResult
-from ..steering import Feature, SteerRequest, Vector, check_vector
+from ..steering.requests import Feature, SteerRequest, Vector, check_vector
+from ..steering.results import Completion, SteerResult
 from .evaluating import Evaluating, judge_words
 from .explain_panel import ExplainPanel
 from .feature_rows import DEFAULT_STRENGTH, FeatureRows

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import ipywidgets as widgets
 
-from ..steering import Feature, Vector
+from ..steering.requests import Feature, Vector
 from .fields import widen
 
 STRENGTH_RANGE = 300.0  # the reference tools' slider range, where no typical norm is known

@@ -17,7 +17,7 @@ from typing import Any
 import ipywidgets as widgets
 
 from ..errors import RequestError
-from ..steering import METHODS, SteerRequest
+from ..steering.requests import METHODS, SteerRequest
 
 # Shorter than the engine's 64 so a live explorer answers a slider move quickly.
 EXPLORER_TOKENS = 32

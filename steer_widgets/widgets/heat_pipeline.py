@@ -16,10 +16,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..analysis.explain import projection
 from ..errors import SteerWidgetsError
-from ..explain import projection
-from ..results import Completion
-from ..steering import Feature, Vector
+from ..steering.requests import Feature, Vector
+from ..steering.results import Completion
 from .heatmap import Heatmap, heat_row
 
 TOP_K = 5  # top features per token kept in the heatmap state

@@ -18,7 +18,7 @@ from pathlib import Path
 import ipywidgets as widgets
 
 from .. import checks
-from ..arguments import public
+from ..checks import public
 from ..errors import RequestError
 from .fields import LABEL_WIDTH
 from .views import read_view

@@ -16,8 +16,8 @@ from collections.abc import Callable
 from contextlib import closing
 
 from ..errors import SteerWidgetsError
-from ..results import Completion
-from ..steering import SteerRequest
+from ..steering.requests import SteerRequest
+from ..steering.results import Completion
 from .completions import Completions, build_panes
 from .status import StatusLine, cache_details
 from .token_probs import alternative_ids

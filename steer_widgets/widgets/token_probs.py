@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 
-from ..results import Completion
+from ..steering.results import Completion
 
 TextOf = Callable[[int], str]  # token id -> its text
 DIGITS = 5  # probabilities rounded to this many decimals

@@ -15,7 +15,7 @@ import torch
 
 from .. import checks
 from ..errors import RequestError
-from ..steering import SteerRequest, Vector
+from ..steering.requests import SteerRequest, Vector
 
 VIEW_VERSION = 1
 

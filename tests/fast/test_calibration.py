@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import torch
 
-from steer_widgets.invariance import MAX_GROUP, invariant_group_sizes, rows_match_solo
+from steer_widgets.runtime.invariance import (
+    MAX_GROUP,
+    invariant_group_sizes,
+    rows_match_solo,
+)
 
 
 class ShapeDependent(torch.nn.Module):

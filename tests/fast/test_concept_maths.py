@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from steer_widgets import concepts
+from steer_widgets.analysis import concepts
 
 
 def test_direction_recovers_a_planted_direction():

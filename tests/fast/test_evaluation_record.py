@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import pytest
 
+from steer_widgets.analysis.evaluation import (
+    EvalRow,
+    Evaluation,
+    PromptDefault,
+    check_strengths,
+    grid,
+)
+from steer_widgets.analysis.judges import JudgeError, label_words, make_judge, mentions
 from steer_widgets.errors import RequestError
-from steer_widgets.evaluation import EvalRow, Evaluation, PromptDefault, check_strengths, grid
-from steer_widgets.judges import JudgeError, label_words, make_judge, mentions
-from steer_widgets.steering import SteerRequest
+from steer_widgets.steering.requests import SteerRequest
 
 # (prompt, strength, success, fluency_delta)
 CASE = [

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 import steer_widgets
-from steer_widgets.feature_index import FeatureIndex
+from steer_widgets.sae.feature_index import FeatureIndex
 
-SAES = Path(steer_widgets.__file__).parent / "saes"
+SAES = Path(steer_widgets.__file__).parent / "data" / "saes"
 
 
 def no_tokens():

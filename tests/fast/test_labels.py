@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from steer_widgets.feature_index import feature_label
+from steer_widgets.sae.feature_index import feature_label
 
 pytest.importorskip("wordfreq")
 

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import threading
 
-from steer_widgets import neuronpedia
+from steer_widgets.sae import neuronpedia
 
 
 def test_concurrent_fetches_keep_every_explanation(tmp_path, monkeypatch):
@@ -45,7 +45,7 @@ def test_concurrent_fetches_keep_every_explanation(tmp_path, monkeypatch):
 
 WRITER = """
 import sys
-from steer_widgets import neuronpedia
+from steer_widgets.sae import neuronpedia
 neuronpedia.offline = lambda: False
 neuronpedia._description = lambda nid, i: f"feature {i}"
 start = int(sys.argv[1])

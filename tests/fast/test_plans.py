@@ -9,15 +9,15 @@ import safetensors.torch
 import torch
 
 import steer_widgets as sw
-from steer_widgets.results import Completion, SteerResult
-from steer_widgets.sae_store import SAEStore
-from steer_widgets.steering import (
+from steer_widgets.sae.store import SAEStore
+from steer_widgets.steering.requests import (
     Direction,
     build_plan,
     output_multipliers,
     resolve_directions,
     sweep_label,
 )
+from steer_widgets.steering.results import Completion, SteerResult
 
 HOOK = "blocks.0.hook_resid_post"
 REQ = sw.SteerRequest("hi", features=[sw.Feature("s", 0, 2.0)], strength_multiplier=1.5)

@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from steer_widgets.errors import RemoteUnsupported
-from steer_widgets.remote import point_of, steering_wire
-from steer_widgets.remote_client import decode_tensor, encode_tensor, retry_after
-from steer_widgets.steering import Direction
+from steer_widgets.remote.client import decode_tensor, encode_tensor, retry_after
+from steer_widgets.remote.engine import point_of, steering_wire
+from steer_widgets.steering.requests import Direction
 
 
 def test_hook_names_map_to_points_and_the_rest_are_refused():

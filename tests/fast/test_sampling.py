@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from steer_widgets.generation import RowSampler, Sampling
+from steer_widgets.steering.generation import RowSampler, Sampling
 
 
 def _reference(logits: list[torch.Tensor], sampling: Sampling, prompt: list[int]) -> list[int]:
@@ -45,7 +45,7 @@ def test_greedy_rows_draw_no_noise_and_invalid_probabilities_fail_as_multinomial
 def test_a_torch_whose_multinomial_differs_is_detected_and_called_itself(monkeypatch):
     """``draws_are_torchs`` checks the fast path against torch.multinomial once; where it
     fails (simulated: a fast path that takes the likeliest token) rows call torch's own."""
-    from steer_widgets import generation
+    from steer_widgets.steering import generation
 
     monkeypatch.setattr(generation, "_multinomial", lambda probs, noise: int(probs.argmax()))
     with pytest.warns(RuntimeWarning, match="samples unlike torch 2.13"):
@@ -62,6 +62,6 @@ def test_a_torch_whose_multinomial_differs_is_detected_and_called_itself(monkeyp
 
 
 def test_this_torch_samples_as_the_fast_path_assumes():
-    from steer_widgets.generation import draws_are_torchs
+    from steer_widgets.steering.generation import draws_are_torchs
 
     assert draws_are_torchs.__wrapped__() is True

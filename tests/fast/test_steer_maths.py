@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import steer_widgets as sw
-from steer_widgets.steering import Direction, PromptPositions, row_op, unit
+from steer_widgets.steering.requests import Direction, PromptPositions, row_op, unit
 
 GEN = torch.Generator().manual_seed(0)
 H = torch.randn(1, 9, 16, generator=GEN) * 5

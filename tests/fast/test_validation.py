@@ -10,7 +10,7 @@ import torch
 
 import steer_widgets as sw
 from steer_widgets.errors import ModelNotFound
-from steer_widgets.steering import validate_shape
+from steer_widgets.steering.requests import validate_shape
 
 SOURCE = "10-smollm2-res-4k"
 BASE = sw.SteerRequest("Hello", features=[sw.Feature(SOURCE, 1, 5.0)], n_completion_tokens=2)

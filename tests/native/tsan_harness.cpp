@@ -1,6 +1,6 @@
 // ThreadSanitizer harness for the native kernels' pool, noise queue and kernels, without
 // torch or OpenMP (neither is instrumented). Built by tests/test_kernel_threads.py with
-// -fsanitize=thread together with steer_widgets/csrc's torch-free sources.
+// -fsanitize=thread together with steer_widgets/runtime/csrc's torch-free sources.
 //
 // For each thread count it runs calls of varying shapes (float32 and quantized products,
 // decode attention) and compares each bit for bit with the same call at one thread, while a

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .errors import (
+from ..errors import (
     RemoteAuthError,
     RemoteBusy,
     RemoteError,

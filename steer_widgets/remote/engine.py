@@ -34,16 +34,16 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from . import checks
-from .arguments import public_methods
-from .engine import Engine
-from .errors import RemoteError, RemoteUnsupported, RequestError
-from .model import DEFAULT_MODEL, LoadedModel, default_model_dir
-from .remote_client import TOKEN_ENV, RemoteClient, decode_tensor, encode_tensor
-from .results import Completion, Frame, SteerResult, as_request, ordered
-from .sae_store import DEFAULT_BUDGET
-from .steering import Direction, Plan, SteerRequest, resolve_directions, unsteered
-from .tokens import EncodedPrompt, Tokenizer
+from .. import checks
+from ..checks import public_methods
+from ..engine import Engine
+from ..errors import RemoteError, RemoteUnsupported, RequestError
+from ..runtime.model import DEFAULT_MODEL, LoadedModel, default_model_dir
+from ..runtime.tokens import EncodedPrompt, Tokenizer
+from ..sae.store import DEFAULT_BUDGET
+from ..steering.requests import Direction, Plan, SteerRequest, resolve_directions, unsteered
+from ..steering.results import Completion, Frame, SteerResult, as_request, ordered
+from .client import TOKEN_ENV, RemoteClient, decode_tensor, encode_tensor
 
 # TransformerLens hook kind -> the server's canonical point name (same tensor, checked in tests).
 HOOK_POINTS = {

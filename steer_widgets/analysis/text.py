@@ -17,7 +17,13 @@ from numbers import Integral
 import torch
 from torch import Tensor
 
-from . import checks
+from .. import checks
+from ..errors import RequestError
+from ..runtime.model import LoadedModel
+from ..runtime.tokens import check_prompt
+from ..sae.feature_index import FeatureIndex, final_norm_weight, top_output_tokens
+from ..sae.store import SAEStore
+from ..steering.results import Completion
 from .activations import (
     FeatureActivations,
     ResidualCache,
@@ -27,12 +33,6 @@ from .activations import (
     max_outside_special,
     residuals,
 )
-from .errors import RequestError
-from .feature_index import FeatureIndex, final_norm_weight, top_output_tokens
-from .model import LoadedModel
-from .results import Completion
-from .sae_store import SAEStore
-from .tokens import check_prompt
 
 TEXT_CACHE_SIZE = 64
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from .errors import RequestError
+from ..errors import RequestError
+from ..version import __version__
 from .generation import TokenProb
-from .steering import SteerRequest, output_multipliers
-from .version import __version__
+from .requests import SteerRequest, output_multipliers
 
 
 @dataclass(frozen=True)

@@ -27,9 +27,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from . import checks, native
-from .errors import ArgumentError, RequestError
-from .runtime import Hook, Runtime, hook_layer
+from .. import checks
+from ..errors import ArgumentError, RequestError
+from ..runtime import native
+from ..runtime.protocol import Hook, Runtime, hook_layer
 
 RowOp = Callable[[Tensor, int], Tensor]  # (x [1, T, d] of one row, start position) -> new x
 TOP_K = 5  # alternatives recorded per generated position

@@ -35,8 +35,8 @@ from torch import Tensor
 
 from . import native
 from .linear import DEFAULT_KERNEL, Linear
+from .protocol import HOOK_KINDS, Hook
 from .quant import QuantLinear, QuantWeight
-from .runtime import HOOK_KINDS, Hook
 
 # transformers model_type -> weight naming layout
 MODEL_TYPES = {

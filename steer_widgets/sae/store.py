@@ -21,13 +21,13 @@ from pathlib import Path
 
 from torch import Tensor
 
-from .errors import RequestError, SourceError
+from ..errors import RequestError, SourceError
 from .hook_view import view_for
 from .releases import fetch
 from .sae import CONFIG_FILE, SAE, SAEConfig, check_weights_header, read_tensors
 
 DEFAULT_BUDGET = 512 * 2**20
-PACKAGED = Path(__file__).parent / "saes"
+PACKAGED = Path(__file__).parents[1] / "data" / "saes"
 
 
 @dataclass

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from torch import Tensor
 
-from .errors import SourceError
+from ..errors import SourceError
 
 # Hooks whose value is a sum of residual-stream writes, so centring the writes centres them.
 WRITE_HOOKS = (

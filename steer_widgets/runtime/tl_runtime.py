@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .runtime import HOOK_KINDS
+from .protocol import HOOK_KINDS
 
 
 @dataclass(frozen=True)

@@ -23,14 +23,14 @@ from typing import TYPE_CHECKING, Literal
 import torch
 from torch import Tensor
 
-from . import checks
-from .arguments import public_methods
-from .errors import ArgumentError, RequestError, SourceError
+from .. import checks
+from ..checks import public_methods
+from ..errors import ArgumentError, RequestError, SourceError
+from ..runtime.tokens import check_prompt
 from .generation import DEFAULT_SAMPLING, Row, Sampling, check_sampling_keys
-from .tokens import check_prompt
 
 if TYPE_CHECKING:
-    from .sae_store import SAEStore
+    from ..sae.store import SAEStore
 
 
 TYPES = ("DEFAULT", "STEERED")

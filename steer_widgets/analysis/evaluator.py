@@ -23,24 +23,18 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ..errors import RequestError, SteerWidgetsError
+from ..runtime.tokens import check_prompt
+from ..steering.generation import Row, Sampling, check_sampling_keys
+from ..steering.requests import Feature, SteerRequest, Vector
 from .concepts import FeatureMatch
-from .errors import RequestError, SteerWidgetsError
-from .evaluation import (
-    EvalRow,
-    Evaluation,
-    PromptDefault,
-    check_strengths,
-    prompt_name,
-)
-from .generation import Row, Sampling, check_sampling_keys
+from .evaluation import EvalRow, Evaluation, PromptDefault, check_strengths, prompt_name
 from .judges import JudgeError, label_words, make_judge
-from .steering import Feature, SteerRequest, Vector
-from .tokens import check_prompt
 
 if TYPE_CHECKING:
-    from .engine import Engine
+    from ..engine import Engine
 
-PANEL_FILE = Path(__file__).parent / "data" / "eval_prompts.json"
+PANEL_FILE = Path(__file__).parents[1] / "data" / "eval_prompts.json"
 LADDER = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0)  # multipliers of the recommended point
 # Greedy and short: an evaluation asks whether the text turns, not what a long sample says,
 # and greedy rows make the success rate a property of the steering, not of a seed.

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import RequestError
+from ..errors import RequestError
 
 ROLES = ("system", "user", "assistant")
 Prompt = str | Sequence[dict]

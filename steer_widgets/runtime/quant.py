@@ -23,8 +23,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..errors import QuantizationUnsupported
 from . import native
-from .errors import QuantizationUnsupported
 
 BLOCK = native.BLOCK  # output columns per packed group
 QK = 32  # weights per GGUF block along k

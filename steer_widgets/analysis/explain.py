@@ -45,11 +45,11 @@ from numbers import Integral
 import torch
 from torch import Tensor
 
-from .errors import RequestError
-from .memory import release_freed_memory
-from .results import Completion, SteerResult
-from .runtime import hook_layer
-from .steering import Direction, build_plan, output_multipliers, resolve_directions
+from ..errors import RequestError
+from ..runtime.memory import release_freed_memory
+from ..runtime.protocol import hook_layer
+from ..steering.requests import Direction, build_plan, output_multipliers, resolve_directions
+from ..steering.results import Completion, SteerResult
 
 CACHE_SIZE = 32
 Hooks = dict[str, Callable]
@@ -475,16 +475,16 @@ def _grad_mm(x: Tensor, lin) -> Tensor:
 
 def local_runtime(runtime) -> bool:
     """Whether explanations can run here: our fast runtime or TransformerLens in-process."""
-    from .tl_runtime import TransformerLensRuntime
-    from .transformer import Transformer
+    from ..runtime.tl_runtime import TransformerLensRuntime
+    from ..runtime.transformer import Transformer
 
     return isinstance(runtime, (Transformer, TransformerLensRuntime))
 
 
 def differentiable(runtime) -> Callable[..., Tensor]:
     """``forward(tokens, hooks=..., last_only=...)`` of ``runtime`` with autograd on."""
-    from .tl_runtime import TransformerLensRuntime
-    from .transformer import Transformer
+    from ..runtime.tl_runtime import TransformerLensRuntime
+    from ..runtime.transformer import Transformer
 
     if isinstance(runtime, Transformer):
         shadow = copy.copy(runtime)  # shares every weight

@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from .errors import RequestError
+from ..errors import RequestError
 
 SUFFIXES = "(?:s|es|ing|ed|er|ers)?"
 MIN_LABEL_WORD = 3  # label words shorter than this ("a", "of", "to") say nothing of a topic

@@ -23,8 +23,8 @@ import urllib.request
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from .errors import SteerWidgetsError
-from .paths import cache_dir
+from ..errors import SteerWidgetsError
+from ..runtime.paths import cache_dir
 
 DEFAULT_URL = "https://www.neuronpedia.org"
 TIMEOUT_S = 5.0

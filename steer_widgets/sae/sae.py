@@ -19,9 +19,9 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from .errors import SourceError
+from ..errors import SourceError
+from ..runtime.protocol import hook_layer
 from .hook_view import HookView
-from .runtime import hook_layer
 
 WEIGHTS_FILE, CONFIG_FILE = "sae_weights.safetensors", "cfg.json"
 # Tensors each architecture reads, besides W_enc [d_in, d_sae], W_dec [d_sae, d_in], b_dec.

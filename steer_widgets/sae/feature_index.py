@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from .memory import release_freed_memory
+from ..runtime.memory import release_freed_memory
 
 INDEX_FILE = "feature_index.json.gz"
 

@@ -17,16 +17,16 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import hub
-from .errors import (
+from ..errors import (
     SourceError,
     SourceModelMismatch,
     SourceNotFound,
     SourceUnavailable,
     SourceUnsupported,
+    suggest,
 )
-from .names import suggest
-from .paths import cache_dir
+from ..runtime import hub
+from ..runtime.paths import cache_dir
 
 REGISTRY_FILE = "pretrained_saes.yaml"
 # SAE Lens loaders whose results are not one-hook SAEs (they read one hook and write another,
@@ -160,7 +160,7 @@ def fetch(location: str, source: str | None, model_id: str | None) -> Path:
     info.sae(sae_id)
     check_supported(info, sae_id, name)
     if model_id is not None:
-        from .model import same_model
+        from ..runtime.model import same_model
 
         if not same_model(info.model, model_id):
             raise SourceModelMismatch(

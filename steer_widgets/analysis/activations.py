@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .errors import RequestError
-from .runtime import hook_layer
+from ..errors import RequestError
+from ..runtime.protocol import hook_layer
 
 DEFAULT_CACHE_BYTES = 64 * 2**20
 

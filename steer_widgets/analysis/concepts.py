@@ -40,12 +40,12 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from . import checks
-from .errors import RequestError
-from .runtime import hook_layer
+from .. import checks
+from ..errors import RequestError
+from ..runtime.protocol import hook_layer
 
-NEUTRAL_FILE = Path(__file__).parent / "data" / "neutral.json"
-CONTRAST_FILE = Path(__file__).parent / "data" / "contrast.json"
+NEUTRAL_FILE = Path(__file__).parents[1] / "data" / "neutral.json"
+CONTRAST_FILE = Path(__file__).parents[1] / "data" / "contrast.json"
 CACHED_SETS = 64  # example sets whose per-hook means are kept (a few concepts' worth)
 EXAMPLE_TEMPLATES = (
     "Write a few sentences about {c}.",
@@ -380,7 +380,7 @@ class Concepts:
 
     def vector(self, positive, negative=None, hook: str | None = None):
         """A difference-in-means ``Vector`` (unit direction, recommended strength)."""
-        from .steering import Vector
+        from ..steering.requests import Vector
 
         hook = self.default_hook() if hook is None else self._check_hook(hook, "hook")
         pos, neg, rows = self._sets(positive, negative, "positive")
@@ -432,7 +432,7 @@ class Concepts:
 
     def decompose(self, vector, source: str, n: int = 10) -> FeatureMatches:
         """The features of ``source`` that best explain ``vector`` (matching pursuit)."""
-        from .steering import Vector
+        from ..steering.requests import Vector
 
         v = vector.vector if isinstance(vector, Vector) else vector
         cfg = self.engine.saes.config(source)
