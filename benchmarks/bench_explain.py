@@ -17,7 +17,7 @@ import time
 from common import best_of
 
 import steer_widgets as sw
-from steer_widgets.analysis.explain import agreement
+from steer_widgets.analysis.agreement import agreement
 from steer_widgets.steering.requests import Feature, SteerRequest, Vector
 
 PROMPTS = (

@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parents[1]
 SUFFIXES = {".py", ".md", ".ipynb", ".json", ".txt", ".toml", ".sh", ".cfg", ".yaml", ".yml"}
 SUFFIXES |= {".js", ".css", ".cpp", ".h", ".html"}
 NAMES = {"Makefile"}
-SKIP = ("steer_widgets/static/",)  # vendored third-party JavaScript
+SKIP = ("steer_widgets/widgets/static/",)  # vendored third-party JavaScript
 
 _ORDINALS = (
     "first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|"

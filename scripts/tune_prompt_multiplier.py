@@ -1,6 +1,6 @@
 """Choose ``PROMPT_MULTIPLIER`` and the strengths that go with it, on the dev half only.
 
-The ``multiplier`` ladders of 2026-12-01 (3fea35f; ``steer_widgets/concepts.py`` cites
+The ``multiplier`` ladders of 2026-12-01 (3fea35f; ``steer_widgets/analysis/concepts.py`` cites
 their figures): for each dev concept of ``benchmarks/data/steer_concepts.json`` and each
 prompt, greedy, 32 tokens, the concept's request direction (``engine.concept_vector(name)``),
 a vector from the model's own answers (``engine.concept_vector(engine.concepts.examples(name))``)

@@ -4,7 +4,7 @@ For each dev concept of ``benchmarks/data/steer_concepts.json`` and each prompt,
 tokens: concept vectors at several layers and strengths, and the top concept-search feature
 of each SAE at several strengths, all decoded in one batch per prompt. Prints success rate
 and fluency delta (the steer_efficacy scoring) per configuration; the constants in
-``steer_widgets/concepts.py`` come from this table. The report half is never read here.
+``steer_widgets/analysis/concepts.py`` come from this table. The report half is never read here.
 ``--negatives neutral`` contrasts with the topic-free neutral set (the first baseline) instead
 of the contrast set::
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
@@ -28,7 +27,8 @@ from .runtime.tokens import EncodedPrompt
 from .sae.feature_index import FeatureIndex
 from .sae.hook_view import centres_writes
 from .sae.store import DEFAULT_BUDGET, SAEStore, check_locations
-from .steering.generation import Row, Sampling, Step, decode
+from .steering.decoder import Decoder, Transcript
+from .steering.generation import Row, Sampling
 from .steering.requests import (
     Plan,
     SteerRequest,
@@ -40,10 +40,9 @@ from .steering.requests import (
 )
 from .steering.results import Completion, Frame, SteerResult, as_request, check_outputs, ordered
 
-DEFAULT_CACHE_SIZE = 32
 _default_engine: Engine | None = None
 _default_lock = threading.Lock()
-_KINDS: dict[str, type[Engine]] = {}  # filled by subclasses declared with kind= (remote.py)
+_KINDS: dict[str, type[Engine]] = {}  # filled by subclasses declared with kind= (remote/engine.py)
 
 
 @public_methods
@@ -85,13 +84,10 @@ class Engine:
         else:
             for location in saes:
                 self.saes.add(location)
-        self._defaults: OrderedDict[tuple, Completion] = OrderedDict()
         self._analysis = Analysis(self.model, self.saes)
-        self._lock = threading.Lock()  # one decode step at a time: the CPU is the bottleneck
-        self._active: set[threading.Event] = set()
-        self._lock_state = threading.Lock()  # guards _defaults and _active across threads
         stops = {self.tokenizer.eos_id, *getattr(self.model, "stop_ids", ())}
         self.stop_ids = frozenset(stops - {None})
+        self.decoder = Decoder(runtime, self.tokenizer, self.stop_ids)
         self.concepts = Concepts(self)
 
     @classmethod
@@ -113,7 +109,7 @@ class Engine:
     @classmethod
     def remote(cls, url: str, token: str | None = None, saes=None, **options) -> Engine:
         """The same API over an interp-engine server (a model bigger than this machine);
-        ``token`` defaults to $INTERP_ENGINE_SERVER_TOKEN. See ``remote.py``."""
+        ``token`` defaults to $INTERP_ENGINE_SERVER_TOKEN. See ``remote/engine.py``."""
         if "remote" not in _KINDS:
             raise RequestError(
                 "url", "a remote engine needs the remote extra: pip install 'steer_widgets[remote]'"
@@ -173,7 +169,7 @@ class Engine:
         prompt_enc, _ = self.plan(request)  # raises before any work
         checks.integer("seed", request.seed + n - 1, *checks.SEED_RANGE)  # the last row's
         rows = [Row(seed=request.seed + i) for i in range(n)]
-        return self._decode_all(prompt_enc.ids, rows, request.sampling)
+        return self.decoder.decode_all(prompt_enc.ids, rows, request.sampling)
 
     def steer_batch(self, requests: Mapping[str, SteerRequest]) -> dict[str, SteerResult]:
         """Several requests on one prompt and one set of sampling settings (say, different
@@ -189,7 +185,7 @@ class Engine:
         owners = [(n, label) for n, (_, plan) in plans.items() for label in plan.labels]
         rows = [row for _, plan in plans.values() for row in plan.rows]
         started = time.perf_counter()
-        done = self._decode_all(prompt_ids, rows, sampling)
+        done = self.decoder.decode_all(prompt_ids, rows, sampling)
         outputs: dict[str, dict[str, Completion]] = {n: {} for n in reqs}
         for (name, label), completion in zip(owners, done, strict=True):
             outputs[name][label] = completion
@@ -202,14 +198,7 @@ class Engine:
         """Log-probability under the unsteered model of each completion token, given the
         prompt and the tokens before it (fluency of a steered text; token probabilities)."""
         text = self.text(prompt, completion)
-        n = len(text.ids) - len(self.text(prompt).ids)
-        if n == 0:
-            return torch.zeros(0)
-        ids = torch.tensor([list(text.ids)], device=self.model.runtime.device)
-        with self._lock, torch.no_grad():
-            logits = self.model.runtime.forward(ids)[0, -n - 1 : -1].float().cpu()
-        targets = torch.tensor(text.ids[-n:])
-        return torch.log_softmax(logits, -1).gather(1, targets[:, None])[:, 0]
+        return self.decoder.logprobs(text.ids, len(text.ids) - len(self.text(prompt).ids))
 
     def result(self, request: SteerRequest, outputs: Mapping[str, Completion]) -> SteerResult:
         """Wrap outputs gathered from ``steer_stream`` as a ``SteerResult`` (for records)."""
@@ -220,16 +209,12 @@ class Engine:
 
     def clear_caches(self) -> None:
         """Forget cached DEFAULT completions and residuals (SAEs stay loaded)."""
-        with self._lock_state:
-            self._defaults.clear()
+        self.decoder.clear()
         self._analysis.clear()
 
     def cancel_all(self) -> None:
         """Stop every running generation within one decode step."""
-        with self._lock_state:
-            active = list(self._active)
-        for event in active:
-            event.set()
+        self.decoder.cancel_all()
 
     def plan(self, request: SteerRequest) -> tuple[EncodedPrompt, Plan]:
         """Validate ``request`` against the model and SAEs and build its rows."""
@@ -240,7 +225,7 @@ class Engine:
         directions = resolve_directions(request, self.saes, runtime.hook_widths())
         return prompt, build_plan(request, directions, prompt.special)
 
-    # -- activations (see analysis.py) ----------------------------------------------------
+    # -- activations (see analysis/text.py) ------------------------------------------------
     @property
     def residual_cache(self) -> ResidualCache:
         """Residuals and SAE activations of recent texts (``.stats()``)."""
@@ -284,7 +269,7 @@ class Engine:
         """Searchable top tokens (and, for shipped SAEs, top contexts) of every feature."""
         return self._analysis.feature_index(source)
 
-    # -- evaluation (see evaluator.py) -------------------------------------------------------
+    # -- evaluation (see analysis/evaluator.py) --------------------------------------------
     def evaluate(
         self,
         steering,
@@ -377,7 +362,7 @@ class Engine:
         """Median residual norm at ``hook`` on neutral text: the unit strengths are read in."""
         return self.concepts.typical_norm(hook)
 
-    # -- why the text changed (see explain.py) --------------------------------------------
+    # -- why the text changed (see analysis/explain.py) ------------------------------------
     def steering_effect(self, result: SteerResult, label: str = "STEERED"):
         """Per token of ``label``: its probability as generated and under the unsteered model
         given the same prefix (one cached forward); ``.effect`` in nats, ``.frame()``."""
@@ -415,10 +400,11 @@ class Engine:
         return self.tokenizer.encode(request.prompt, self.model.runtime.cfg.max_context - 1)
 
     def _stream(self, request, prompt, plan, cancel) -> Iterator[Frame]:
-        key = (prompt.ids, request.sampling)
+        decoder = self.decoder
+        cached = None
+        if "DEFAULT" in plan.labels:
+            cached = decoder.cached_default(prompt.ids, request.sampling)
         outputs: dict[str, Completion] = {}
-        with self._lock_state:
-            cached = self._defaults.get(key) if "DEFAULT" in plan.labels else None
         labels, rows = plan.labels, plan.rows
         if cached is not None:
             outputs["DEFAULT"] = cached
@@ -428,90 +414,21 @@ class Engine:
         if not rows:
             yield Frame(ordered(outputs, plan.labels), 0, done=True)
             return
-        ids: list[list[int]] = [[] for _ in rows]
-        probs: list[list] = [[] for _ in rows]
-        with self._lock_state:
-            self._active.add(cancel)
-        step = 0
-        try:
-            steps = decode(
-                self.model.runtime, prompt.ids, rows, request.sampling, self.stop_ids, cancel
-            )
-            for step_out in self._one_step_at_a_time(steps):
-                step += 1
-                _append(step_out, ids, probs)
-                for r, label in enumerate(labels):
-                    stop = "eos" if step_out.done[r] else ""
-                    outputs[label] = self._completion(ids[r], stop, probs[r])
-                yield Frame(ordered(outputs, plan.labels), step)
-        finally:
-            with self._lock_state:
-                self._active.discard(cancel)
+        got, step = Transcript(len(rows)), 0
+        for step_out in decoder.rows(prompt.ids, rows, request.sampling, cancel):
+            step += 1
+            got.add(step_out)
+            for r, label in enumerate(labels):
+                stop = "eos" if step_out.done[r] else ""
+                outputs[label] = decoder.completion(got.ids[r], stop, got.probs[r])
+            yield Frame(ordered(outputs, plan.labels), step)
         stop = "cancelled" if cancel.is_set() else "length"
         for r, label in enumerate(labels):
             if outputs[label].stop != "eos":
-                outputs[label] = self._completion(ids[r], stop, probs[r])
+                outputs[label] = decoder.completion(got.ids[r], stop, got.probs[r])
         if "DEFAULT" in labels and outputs["DEFAULT"].stop != "cancelled":
-            self._remember_default(key, outputs["DEFAULT"])
+            decoder.remember_default(prompt.ids, request.sampling, outputs["DEFAULT"])
         yield Frame(ordered(outputs, plan.labels), step, done=True)
-
-    def _decode_all(self, prompt_ids, rows: list[Row], sampling: Sampling) -> list[Completion]:
-        """Decode ``rows`` of one prompt to the end in one batch (no streaming, no cache)."""
-        ids: list[list[int]] = [[] for _ in rows]
-        probs: list[list] = [[] for _ in rows]
-        for step in self._decode_rows(prompt_ids, rows, sampling):
-            _append(step, ids, probs)
-        return [
-            self._completion(x, "eos" if x and x[-1] in self.stop_ids else "length", p)
-            for x, p in zip(ids, probs, strict=True)
-        ]
-
-    def _decode_rows(
-        self, prompt_ids, rows: list[Row], sampling: Sampling, cancel=None
-    ) -> Iterator[Step]:
-        """The decode loop under the engine's lock, cancellable by ``cancel_all`` too."""
-        cancel = cancel or threading.Event()
-        with self._lock_state:
-            self._active.add(cancel)
-        try:
-            yield from self._one_step_at_a_time(
-                decode(self.model.runtime, prompt_ids, rows, sampling, self.stop_ids, cancel)
-            )
-        finally:
-            with self._lock_state:
-                self._active.discard(cancel)
-
-    def _one_step_at_a_time(self, steps: Iterator[Step]) -> Iterator[Step]:
-        """``steps`` with the engine's lock held while each step is computed, not while the
-        caller holds it: a caller that stops iterating (or looks at a frame for long) blocks
-        no other decode, and an attribution asked for meanwhile waits one step at most.
-        Decodes asked for together take turns step by step, each row still exactly its solo
-        run (rows never depend on what else runs)."""
-        try:
-            while True:
-                with self._lock:
-                    step = next(steps, None)
-                if step is None:
-                    return
-                yield step
-        finally:
-            steps.close()  # drops the decode's queued noise now, not at garbage collection
-
-    def _cached_default(self, prompt_ids, sampling: Sampling) -> Completion | None:
-        with self._lock_state:
-            return self._defaults.get((tuple(prompt_ids), sampling))
-
-    def _completion(self, ids: list[int], stop: str, probs=None) -> Completion:
-        text_ids = [i for i in ids if i not in self.stop_ids]
-        token_probs = tuple(probs) if probs is not None else None
-        return Completion(self.tokenizer.decode(text_ids), tuple(ids), stop, token_probs)
-
-    def _remember_default(self, key: tuple, completion: Completion) -> None:
-        with self._lock_state:
-            self._defaults[key] = completion
-            self._defaults.move_to_end(key)
-            while len(self._defaults) > DEFAULT_CACHE_SIZE:
-                self._defaults.popitem(last=False)
 
 
 class EvaluationStream:
@@ -522,14 +439,6 @@ class EvaluationStream:
 
     def __iter__(self) -> Iterator[Evaluation]:
         return self._it
-
-
-def _append(step, ids: list[list[int]], probs: list[list]) -> None:
-    """Add one decode step's tokens (and their ``TokenProb``) to each unfinished row."""
-    for r, token in enumerate(step.tokens):
-        if token is not None:
-            ids[r].append(token)
-            probs[r].append(step.probs[r])
 
 
 __all__ = ["Engine", "Sampling"]

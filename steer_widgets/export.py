@@ -4,7 +4,7 @@
 kernel, waits for every explorer to finish its run and heatmap, takes the state of every live
 widget from the kernel, and renders the notebook with nbconvert's ``lab`` template. The
 ipywidgets HTML manager (``@jupyter-widgets/html-manager``'s ``embed-amd.js``, vendored in
-``steer_widgets/static/``), require.js and anywidget's front end (read from the installed
+``steer_widgets/widgets/static/``), require.js and anywidget's front end (read from the installed
 ``anywidget`` package) are inlined, so the page draws the completions and heatmaps from
 file:// with no kernel and no network. MathJax and Mermaid, which nbconvert loads from a CDN,
 are left out.
@@ -23,7 +23,7 @@ import re
 import tempfile
 from pathlib import Path
 
-STATIC = Path(__file__).parent / "static"
+STATIC = Path(__file__).parent / "widgets" / "static"
 STATE_MIME = "application/vnd.jupyter.widget-state+json"
 TEMPLATE_NAME = "steer_widgets_offline.html.j2"
 

@@ -8,7 +8,8 @@ import math
 import pytest
 import torch
 
-from steer_widgets.analysis.explain import agreement, path_points, spearman
+from steer_widgets.analysis.agreement import agreement, spearman
+from steer_widgets.analysis.attribution import path_points
 from steer_widgets.errors import RequestError, SourceError
 from steer_widgets.steering.requests import Feature, SteerRequest, Vector
 from steer_widgets.steering.results import SteerResult
@@ -167,7 +168,7 @@ def test_a_model_that_is_not_local_is_refused_by_name(engine, by_feature):
 
 def test_the_differentiable_linear_matches_the_compiled_one(engine):
     """Forward values as generation computes them; the backward is g @ W."""
-    from steer_widgets.analysis.explain import _grad_mm, dense_weight
+    from steer_widgets.analysis.gradients import _grad_mm, dense_weight
 
     lin = engine.model.runtime.layers[0].wqkv
     x = torch.randn(2, 5, lin.in_features, requires_grad=True)
@@ -186,7 +187,7 @@ def test_the_differentiable_linear_matches_the_compiled_one(engine):
 
 def test_rows_of_a_packed_float_weight_are_its_rows():
     """The float32 kernel's [N/16, K, 16] blocks read back a row range at any offset."""
-    from steer_widgets.analysis.explain import dense_weight, input_gradient
+    from steer_widgets.analysis.gradients import dense_weight, input_gradient
     from steer_widgets.runtime.linear import Linear
 
     w = torch.randn(70, 48, generator=torch.Generator().manual_seed(0))
@@ -230,6 +231,7 @@ def test_what_changed_is_read_for_each_steering_not_for_an_object_id(engine, mon
     """Two results with the same tokens and different steering get their own "what changed"
     even where the second one has the first one's id (Python reuses the ids of collected
     objects; simulated by making every id the same), as the explorer meets over a long day."""
+    import steer_widgets.analysis.changed_features as changed
     import steer_widgets.analysis.explain as explain
 
     def run(strength: float) -> SteerResult:
@@ -241,7 +243,8 @@ def test_what_changed_is_read_for_each_steering_not_for_an_object_id(engine, mon
 
     weak, weaker = run(2.0), run(1.0)
     assert weak.outputs["STEERED"].token_ids == weaker.outputs["STEERED"].token_ids
-    monkeypatch.setattr(explain, "id", lambda obj: 1, raising=False)
+    for module in (explain, changed):  # where the reads' cache keys are made
+        monkeypatch.setattr(module, "id", lambda obj: 1, raising=False)
     explainer = explain.Explainer(engine)
     first = explainer.changed_features(weak, SOURCE, 5, "STEERED")
     second = explainer.changed_features(weaker, SOURCE, 5, "STEERED")
@@ -259,9 +262,9 @@ def test_attribution_holds_one_float32_weight_at_a_time(engine, by_feature, monk
     import gc
     import weakref
 
-    import steer_widgets.analysis.explain as explain
+    import steer_widgets.analysis.gradients as gradients
 
-    made, real, most = [], explain.dense_weight, [0]
+    made, real, most = [], gradients.dense_weight, [0]
 
     def tracked(lin, *rows):
         most[0] = max(most[0], sum(ref() is not None for ref in made))
@@ -269,7 +272,7 @@ def test_attribution_holds_one_float32_weight_at_a_time(engine, by_feature, monk
         made.append(weakref.ref(w))
         return w
 
-    monkeypatch.setattr(explain, "dense_weight", tracked)
+    monkeypatch.setattr(gradients, "dense_weight", tracked)  # input_gradient reads it there
     why = engine.attribute(by_feature, "STEERED", position=1)
     assert why.rows and len(made) > 10
     gc.collect()

@@ -103,7 +103,7 @@ def test_a_concept_row_can_be_picked_for_the_heatmap(engine):
     assert explorer.wait(120), explorer.status
     heat = explorer.heatmap
     assert heat.title.startswith("projection on concept ocean")
-    from steer_widgets.analysis.explain import projection
+    from steer_widgets.analysis.projection import projection
 
     text, values = projection(
         engine, explorer.request().prompt, explorer.outputs["STEERED"], vector

@@ -328,7 +328,7 @@ def gguf_cache(tmp_path, monkeypatch):
 def test_a_gguf_of_another_architecture_matches_transformers_loader(tokenizer, gguf_cache):
     from transformers import AutoModelForCausalLM
 
-    from steer_widgets.analysis.explain import dense_weight
+    from steer_widgets.analysis.gradients import dense_weight
 
     path = gguf_cache / "tiny-qwen2.gguf"
     write_tiny_qwen2(path, tokenizer)

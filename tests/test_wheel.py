@@ -30,8 +30,8 @@ DATA = [
     "steer_widgets/widgets/heatmap.js",
     "steer_widgets/widgets/tip.js",
     "steer_widgets/widgets/presets/music-weekend.json",
-    "steer_widgets/static/embed-amd.js",
-    "steer_widgets/static/LICENSES.txt",
+    "steer_widgets/widgets/static/embed-amd.js",
+    "steer_widgets/widgets/static/LICENSES.txt",
     # every source and header the kernel builds from (the installed package compiles it)
     *(f"steer_widgets/runtime/csrc/{p.name}" for p in (*native.SOURCES, *native.HEADERS)),
 ]

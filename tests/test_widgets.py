@@ -594,3 +594,30 @@ def test_close_ends_the_explorers_worker_and_widgets_and_the_engine_stays_usable
     ex.explain.shown(None, {})  # a late run finishing after close is ignored, not an error
     request = sw.SteerRequest("Hello", types=("DEFAULT",), n_completion_tokens=2, temperature=0)
     assert engine.steer(request).outputs["DEFAULT"].token_ids
+
+
+def test_batch_makes_several_changes_one_run(engine, source):
+    """``ex.batch()``: changes inside schedule nothing; one run at the end has them all
+    (``run=False``: none); a bad ``run`` is a named error and leaves the explorer usable."""
+    ex = make(engine)
+    runs = ex.runner.started
+    with ex.batch():
+        ex.set(temperature=0.0, seed=3)
+        ex.add_feature(source, 4, 30.0)
+        ex.set_strength(0, 20.0)
+        time.sleep(0.3)  # longer than the debounce: a change here would have started a run
+        assert ex.runner.started == runs
+    assert ex.wait(120), ex.status
+    assert ex.runner.started == runs + 1
+    req = ex.request_done
+    assert (req.temperature, req.seed) == (0.0, 3)
+    assert [(f.index, f.strength) for f in req.features] == [(4, 20.0)]
+    with ex.batch(run=False):
+        ex.set(seed=4)
+    time.sleep(0.3)
+    assert ex.runner.started == runs + 1
+    with pytest.raises(sw.SteerWidgetsError) as err:
+        with ex.batch(run="yes"):
+            pass
+    assert err.value.field == "run"
+    ex.close()

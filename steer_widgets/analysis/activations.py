@@ -9,7 +9,6 @@ registered SAE hook up to there in the same pass.
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -17,6 +16,7 @@ import torch
 from torch import Tensor
 
 from ..errors import RequestError
+from ..lru import LRU
 from ..runtime.protocol import hook_layer
 
 DEFAULT_CACHE_BYTES = 64 * 2**20
@@ -99,14 +99,22 @@ class ResidualCache:
     SAE activations computed from them, keyed by (token ids, SAE source).
 
     The two kinds share the budget and the eviction order but never a key, so a hook and a
-    source of the same name cannot collide. Thread-safe: every access holds one lock.
+    source of the same name cannot collide. Thread-safe: every access holds one lock. The
+    newest entry is kept even when it alone is over the budget.
     """
 
     def __init__(self, budget_bytes: int = DEFAULT_CACHE_BYTES) -> None:
-        self.budget_bytes = budget_bytes
-        self._items: OrderedDict[tuple, Tensor] = OrderedDict()
+        self._items: LRU[tuple, Tensor] = LRU(budget=budget_bytes, weight=_nbytes)
         self._lock = threading.Lock()
         self.hits = self.misses = self.forwards = 0
+
+    @property
+    def budget_bytes(self) -> int:
+        return self._items.budget
+
+    @budget_bytes.setter
+    def budget_bytes(self, value: int) -> None:
+        self._items.budget = value
 
     def get(self, ids: tuple[int, ...], hook: str) -> Tensor | None:
         """Residuals [T, d] at ``hook``, or None."""
@@ -141,7 +149,6 @@ class ResidualCache:
         with self._lock:
             value = self._items.get(key)
             if value is not None:
-                self._items.move_to_end(key)
                 self.hits += 1
             else:
                 self.misses += 1
@@ -149,17 +156,11 @@ class ResidualCache:
 
     def _put(self, key: tuple, value: Tensor) -> None:
         with self._lock:
-            self._items[key] = value
-            self._items.move_to_end(key)
-            while self._nbytes() > self.budget_bytes and len(self._items) > 1:
-                self._items.popitem(last=False)
+            self._items.put(key, value)
 
     def nbytes(self) -> int:
         with self._lock:
-            return self._nbytes()
-
-    def _nbytes(self) -> int:
-        return sum(v.numel() * v.element_size() for v in self._items.values())
+            return self._items.total()
 
     def stats(self) -> dict:
         with self._lock:
@@ -168,8 +169,12 @@ class ResidualCache:
                 "misses": self.misses,
                 "forwards": self.forwards,
                 "entries": len(self._items),
-                "bytes": self._nbytes(),
+                "bytes": self._items.total(),
             }
+
+
+def _nbytes(value: Tensor) -> int:
+    return value.numel() * value.element_size()
 
 
 def residuals(

@@ -31,7 +31,6 @@ hard a push is whatever the model or layer.
 from __future__ import annotations
 
 import json
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -42,6 +41,7 @@ from torch import Tensor
 
 from .. import checks
 from ..errors import RequestError
+from ..lru import LRU
 from ..runtime.protocol import hook_layer
 
 NEUTRAL_FILE = Path(__file__).parents[1] / "data" / "neutral.json"
@@ -249,8 +249,8 @@ class Concepts:
 
     def __init__(self, engine) -> None:
         self.engine = engine
-        self._examples: OrderedDict[str, list[Prompt]] = OrderedDict()
-        self._cache: OrderedDict[str, dict[str, tuple[Tensor, Tensor]]] = OrderedDict()
+        self._examples: LRU[str, list[Prompt]] = LRU(CACHED_SETS)
+        self._cache: LRU[str, dict[str, tuple[Tensor, Tensor]]] = LRU(CACHED_SETS)
 
     # -- examples and means --------------------------------------------------------------
     def examples(self, concept: str) -> list[Prompt]:
@@ -258,27 +258,27 @@ class Concepts:
         concept = concept.strip()
         if not concept:
             raise RequestError("query", "is empty")
-        if concept not in self._examples:
-            eng = self.engine
-            chat = eng.tokenizer.has_chat_template
-            out: list[Prompt] = []
-            for prompt in example_prompts(concept, chat):
-                samples = eng.samples(
-                    prompt,
-                    SAMPLES_PER_TEMPLATE,
-                    temperature=EXAMPLE_TEMPERATURE,
-                    freq_penalty=0.0,
-                    seed=0,
-                    n_completion_tokens=EXAMPLE_TOKENS,
-                )
-                for s in samples:
-                    if chat:
-                        out.append([*prompt, {"role": "assistant", "content": s.text}])
-                    else:
-                        out.append(prompt + s.text)
-            _remember(self._examples, concept, out)
-        self._examples.move_to_end(concept)
-        return self._examples[concept]
+        return self._examples.get_or_compute(concept, lambda: self._sample(concept))
+
+    def _sample(self, concept: str) -> list[Prompt]:
+        eng = self.engine
+        chat = eng.tokenizer.has_chat_template
+        out: list[Prompt] = []
+        for prompt in example_prompts(concept, chat):
+            samples = eng.samples(
+                prompt,
+                SAMPLES_PER_TEMPLATE,
+                temperature=EXAMPLE_TEMPERATURE,
+                freq_penalty=0.0,
+                seed=0,
+                n_completion_tokens=EXAMPLE_TOKENS,
+            )
+            for s in samples:
+                if chat:
+                    out.append([*prompt, {"role": "assistant", "content": s.text}])
+                else:
+                    out.append(prompt + s.text)
+        return out
 
     def means(
         self, examples: Sequence[Prompt], hooks: Sequence[str], rows: str = "content"
@@ -305,8 +305,7 @@ class Concepts:
 
         key = json.dumps([rows, list(examples)], sort_keys=True)
         pick = ROWS[rows]
-        have = self._cache.setdefault(key, {})
-        self._cache.move_to_end(key)
+        have = self._cache.get(key) or {}
         missing = [h for h in dict.fromkeys(hooks) if h not in have]
         if missing:
             deepest = max(hook_layer(h) or 0 for h in missing)
@@ -328,8 +327,7 @@ class Concepts:
                     norms[h].append(picked.norm(dim=-1))
             for h in grab:
                 have[h] = (torch.stack(means[h]), torch.cat(norms[h]))
-            while len(self._cache) > CACHED_SETS:
-                self._cache.popitem(last=False)
+            self._cache.put(key, have)
         return {h: have[h] for h in hooks}
 
     def _concept_hooks(self) -> list[str]:
@@ -476,11 +474,3 @@ class Concepts:
         if not isinstance(hook, str) or hook not in self.engine.model.runtime.hook_widths():
             raise RequestError(field, f"the model has no hook {hook!r}")
         return hook
-
-
-def _remember(cache: OrderedDict, key, value, size: int = CACHED_SETS) -> None:
-    """Put ``value`` under ``key`` and drop the least recently used entries past ``size``."""
-    cache[key] = value
-    cache.move_to_end(key)
-    while len(cache) > size:
-        cache.popitem(last=False)

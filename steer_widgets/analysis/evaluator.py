@@ -21,18 +21,16 @@ import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from ..errors import RequestError, SteerWidgetsError
 from ..runtime.tokens import check_prompt
+from ..steering.decoder import Transcript
 from ..steering.generation import Row, Sampling, check_sampling_keys
 from ..steering.requests import Feature, SteerRequest, Vector
 from .concepts import FeatureMatch
+from .engine_view import EngineView
 from .evaluation import EvalRow, Evaluation, PromptDefault, check_strengths, prompt_name
 from .judges import JudgeError, label_words, make_judge
-
-if TYPE_CHECKING:
-    from ..engine import Engine
 
 PANEL_FILE = Path(__file__).parents[1] / "data" / "eval_prompts.json"
 LADDER = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0)  # multipliers of the recommended point
@@ -51,7 +49,7 @@ class Evaluator:
     """One validated evaluation, ready to run; everything is checked in the constructor."""
 
     def __init__(
-        self, engine: Engine, steering, prompts=None, strengths=None, judge=None, **sampling
+        self, engine: EngineView, steering, prompts=None, strengths=None, judge=None, **sampling
     ) -> None:
         self.engine = engine
         record = _record(steering)
@@ -125,11 +123,12 @@ class Evaluator:
         yield ev
 
     def _prompt(self, ev: Evaluation, i: int, enc, plans: dict, cancel) -> Iterator[Evaluation]:
-        if not hasattr(self.engine.model.runtime, "new_cache"):  # no in-process decode loop
+        decoder = self.engine.decoder
+        if not decoder.local:  # no in-process decode loop
             yield from self._prompt_by_requests(ev, i, cancel)
             return
-        engine, sampling = self.engine, Sampling(**self.sampling)
-        default = engine._cached_default(enc.ids, sampling)
+        sampling = Sampling(**self.sampling)
+        default = decoder.cached_default(enc.ids, sampling)
         rows: list[Row] = [] if default else [next(iter(plans.values())).rows[0]]
         owners: list[tuple[str, float]] = []  # per steered row: (steering, ladder multiplier)
         for name, plan in plans.items():
@@ -137,37 +136,34 @@ class Evaluator:
                 owners.append((name, m))
                 rows += [planned.row, Row(follow=len(rows))]
         first = 0 if default else 1
-        ids: list[list[int]] = [[] for _ in rows]
-        probs: list[list] = [[] for _ in rows]
+        got = Transcript(len(rows))
         finished = [False] * len(rows)
         pending = set(range(len(owners)))
         shown = time.perf_counter()
-        for step in engine._decode_rows(enc.ids, rows, sampling, cancel):
-            for r, token in enumerate(step.tokens):
-                if token is not None:
-                    ids[r].append(token)
-                    probs[r].append(step.probs[r])
-                finished[r] = step.done[r]
+        for step in decoder.rows(enc.ids, rows, sampling, cancel):
+            got.add(step)
+            finished = list(step.done)
             if time.perf_counter() - shown >= PARTIAL_EVERY_S:
                 ev.running = {
-                    (*owners[k], i): engine.tokenizer.decode(ids[first + 2 * k]) for k in pending
+                    (*owners[k], i): decoder.tokenizer.decode(got.ids[first + 2 * k])
+                    for k in pending
                 }
                 shown = time.perf_counter()
                 yield ev
             if default is None and finished[0]:
-                default = self._default(i, engine._completion(ids[0], "eos", probs[0]))
+                default = self._default(i, decoder.completion(got.ids[0], "eos", got.probs[0]))
             ready = [k for k in pending if finished[first + 2 * k]] if default else []
             if ready:
-                self._finish(ev, i, default, owners, ready, ids, probs, first, "eos")
+                self._finish(ev, i, default, owners, ready, got, first, "eos")
                 pending -= set(ready)
                 yield ev
         ev.running = {}
         if cancel.is_set():
             return
         if default is None:
-            default = self._default(i, engine._completion(ids[0], "length", probs[0]))
+            default = self._default(i, decoder.completion(got.ids[0], "length", got.probs[0]))
         if pending:
-            self._finish(ev, i, default, owners, sorted(pending), ids, probs, first, "length")
+            self._finish(ev, i, default, owners, sorted(pending), got, first, "length")
             yield ev
 
     def _prompt_by_requests(self, ev: Evaluation, i: int, cancel) -> Iterator[Evaluation]:
@@ -213,10 +209,10 @@ class Evaluator:
 
     def _default(self, i: int, completion):
         enc, _ = self.plans[i]
-        self.engine._remember_default((enc.ids, Sampling(**self.sampling)), completion)
+        self.engine.decoder.remember_default(enc.ids, Sampling(**self.sampling), completion)
         return completion
 
-    def _finish(self, ev, i, default, owners, ready, ids, probs, first, stop) -> None:
+    def _finish(self, ev, i, default, owners, ready, got: Transcript, first, stop) -> None:
         """Score finished rows ``ready`` (indices into ``owners``) and add them to ``ev``."""
         if i not in ev.defaults:
             self._reference(ev, i, default, _mean_nll(p.logprob for p in default.token_probs or ()))
@@ -224,9 +220,9 @@ class Evaluator:
             name, m = owners[k]
             ev.running.pop((name, m, i), None)
             r = first + 2 * k
-            stop_k = "eos" if ids[r] and ids[r][-1] in self.engine.stop_ids else stop
-            completion = self.engine._completion(ids[r], stop_k)
-            nll = _mean_nll(p.logprob for p in probs[r + 1])  # its shadow row's scores
+            decoder = self.engine.decoder
+            completion = decoder.completion(got.ids[r], decoder.stop_of(got.ids[r], stop))
+            nll = _mean_nll(p.logprob for p in got.probs[r + 1])  # its shadow row's scores
             ev.rows.append(self._row(ev, i, name, m, completion, nll))
 
 
@@ -246,7 +242,7 @@ def _shared(a: Sequence[int], b: Sequence[int]) -> int:
 
 
 # -- what can be evaluated -----------------------------------------------------------------
-def resolve(engine: Engine, steering) -> dict[str, tuple[SteerRequest, list[str] | None]]:
+def resolve(engine: EngineView, steering) -> dict[str, tuple[SteerRequest, list[str] | None]]:
     """Each steering as its x1 request and the words its default judge looks for."""
     if isinstance(steering, Mapping) and not isinstance(steering, SteerRequest):
         if not steering:
@@ -261,7 +257,7 @@ def resolve(engine: Engine, steering) -> dict[str, tuple[SteerRequest, list[str]
     return {_name(engine, steering): (req, forms)}
 
 
-def _one(engine: Engine, s, field: str) -> tuple[SteerRequest, list[str] | None]:
+def _one(engine: EngineView, s, field: str) -> tuple[SteerRequest, list[str] | None]:
     mult = {"prompt_multiplier": engine.default_prompt_multiplier()}
     if isinstance(s, SteerRequest):
         forms = [w for f in s.features for w in _feature_words(engine, f, field)]
@@ -287,19 +283,19 @@ def _one(engine: Engine, s, field: str) -> tuple[SteerRequest, list[str] | None]
     )
 
 
-def _check_feature(engine: Engine, f: Feature, field: str) -> None:
+def _check_feature(engine: EngineView, f: Feature, field: str) -> None:
     try:
         engine.saes.check_index(f.source, f.index)
     except SteerWidgetsError as err:
         raise RequestError(field, str(err)) from None
 
 
-def _feature_words(engine: Engine, f: Feature, field: str) -> list[str]:
+def _feature_words(engine: EngineView, f: Feature, field: str) -> list[str]:
     _check_feature(engine, f, field)
     return label_words(engine.feature_index(f.source).label(int(f.index)))
 
 
-def _name(engine: Engine, s) -> str:
+def _name(engine: EngineView, s) -> str:
     if isinstance(s, str):
         return s.strip()
     if isinstance(s, (Feature, FeatureMatch)):

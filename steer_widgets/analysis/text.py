@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import threading
-from collections import OrderedDict
 from collections.abc import Sequence
 from numbers import Integral
 
@@ -19,6 +18,7 @@ from torch import Tensor
 
 from .. import checks
 from ..errors import RequestError
+from ..lru import LRU
 from ..runtime.model import LoadedModel
 from ..runtime.tokens import check_prompt
 from ..sae.feature_index import FeatureIndex, final_norm_weight, top_output_tokens
@@ -43,7 +43,7 @@ class Analysis:
     def __init__(self, model: LoadedModel, saes: SAEStore) -> None:
         self.model, self.saes = model, saes
         self.residual_cache = ResidualCache()
-        self._texts: OrderedDict[tuple, Text] = OrderedDict()
+        self._texts: LRU[tuple, Text] = LRU(TEXT_CACHE_SIZE)  # guarded by _lock_texts
         self._indexes: dict[str, FeatureIndex] = {}
         self._lock_texts = threading.Lock()
         self._lock_index = threading.Lock()
@@ -68,14 +68,12 @@ class Analysis:
             extra = checks.token_ids("completion", extra, self.model.runtime.cfg.vocab_size)
         key = (json.dumps(prompt, sort_keys=True), tuple(extra or ()))
         with self._lock_texts:
-            cached = self._texts.get(key)
+            cached = self._texts.get(key, touch=False)
         if cached is not None:
             return cached
         text = self._tokenize(prompt, list(extra or ()))
         with self._lock_texts:
-            self._texts[key] = text
-            while len(self._texts) > TEXT_CACHE_SIZE:
-                self._texts.popitem(last=False)
+            self._texts.put(key, text, touch=False)
         return text
 
     def _tokenize(self, prompt, extra: list[int]) -> Text:

@@ -9,7 +9,7 @@ unchanged. What runs where:
   tensor-parallel on several GPUs). SAEs stay in our SAE store on this machine; a feature's
   decoder row goes out as a steering vector, and activations come back as residuals from
   ``/v1/capture`` with the SAE maths (TopK, JumpReLU, ``b_dec``, normalisation) done by
-  ``sae.py`` here.
+  ``sae/sae.py`` here.
 * Tokenization runs here with the model's own tokenizer (checked against the server's at
   connect), so validation, special-token flags and records are the local engine's.
 * Every output (DEFAULT, STEERED, each sweep row) is its own ``/v1/generate`` request,
@@ -264,10 +264,11 @@ class RemoteEngine(Engine, kind="remote"):
 
     # -- generation: one request per output, streamed concurrently ------------------------
     def _stream(self, request, prompt, plan, cancel) -> Iterator[Frame]:
-        key = (prompt.ids, request.sampling)
+        decoder = self.decoder
         outputs = {label: Completion("", ()) for label in plan.labels}
-        with self._lock_state:
-            cached = self._defaults.get(key) if "DEFAULT" in plan.labels else None
+        cached = None
+        if "DEFAULT" in plan.labels:
+            cached = decoder.cached_default(prompt.ids, request.sampling)
         if cached is not None:
             outputs["DEFAULT"] = cached
         bodies = self._bodies(request, prompt, plan, skip_default=cached is not None)
@@ -275,30 +276,29 @@ class RemoteEngine(Engine, kind="remote"):
             yield Frame(ordered(outputs, plan.labels), 0, done=True)
             return
         streams = _Streams(self.client, bodies, cancel)
-        with self._lock_state:
-            self._active.add(cancel)
-        try:
-            for label, ids in streams.tokens():
-                outputs[label] = self._completion(ids, "")
-                yield Frame(ordered(outputs, plan.labels), streams.step)
-        except RemoteError as err:  # keep every token already received
-            err.outputs = ordered({**outputs, **self._finals(streams, "error")}, plan.labels)
-            raise
-        finally:
-            streams.close()
-            with self._lock_state:
-                self._active.discard(cancel)
+        with decoder.running(cancel):
+            try:
+                for label, ids in streams.tokens():
+                    outputs[label] = decoder.completion(ids, "")
+                    yield Frame(ordered(outputs, plan.labels), streams.step)
+            except RemoteError as err:  # keep every token already received
+                err.outputs = ordered({**outputs, **self._finals(streams, "error")}, plan.labels)
+                raise
+            finally:
+                streams.close()
         outputs.update(self._finals(streams, "cancelled"))
         if "DEFAULT" in bodies and "DEFAULT" in streams.finished:
-            self._remember_default(key, outputs["DEFAULT"])
+            decoder.remember_default(prompt.ids, request.sampling, outputs["DEFAULT"])
         yield Frame(ordered(outputs, plan.labels), streams.step, done=True)
 
     def _finals(self, streams: _Streams, unfinished: str) -> dict[str, Completion]:
         """Each streamed output with its stop: eos/length if its stream finished."""
         out = {}
         for label, ids in streams.ids.items():
-            stop = "eos" if ids and ids[-1] in self.stop_ids else "length"
-            out[label] = self._completion(ids, stop if label in streams.finished else unfinished)
+            stop = self.decoder.stop_of(ids, "length")
+            out[label] = self.decoder.completion(
+                ids, stop if label in streams.finished else unfinished
+            )
         return out
 
     def _bodies(self, request, prompt, plan: Plan, skip_default: bool) -> dict[str, dict]:

@@ -25,6 +25,7 @@ taken after Gemma's post-norms, where TransformerLens takes them.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -598,6 +599,18 @@ class Transformer:
         return sum(lin.nbytes() for lin in linears) + sum(
             t.numel() * t.element_size() for t in tensors
         )
+
+    def differentiable(self, mm: Callable[[Tensor, Linear | QuantLinear], Tensor]) -> Callable:
+        """``forward`` with autograd on, over a copy that shares every weight: torch's own
+        RMSNorm, rotary and attention (the native ones have no backward), rotary tables made
+        outside inference mode, and each matrix product through ``mm`` (attribution passes
+        products whose backward reads the weights it needs)."""
+        shadow = copy.copy(self)
+        shadow._native_ops = shadow._native_attention = False
+        shadow._rope = {}
+        shadow._mm = mm
+        raw = Transformer.forward.__wrapped__
+        return lambda *args, **kw: raw(shadow, *args, **kw)
 
     def new_cache(self, rows: int, length: int) -> KVCache:
         return KVCache(self.cfg, rows, length, self.layer_devices, self.dtype)

@@ -12,7 +12,6 @@ import operator
 import threading
 import time
 import warnings
-from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -22,6 +21,7 @@ from pathlib import Path
 from torch import Tensor
 
 from ..errors import RequestError, SourceError
+from ..lru import LRU
 from .hook_view import view_for
 from .releases import fetch
 from .sae import CONFIG_FILE, SAE, SAEConfig, check_weights_header, read_tensors
@@ -61,15 +61,24 @@ class SAEStore:
     ):
         self.hook_widths = dict(hook_widths)
         self.model_id = model_id
-        self.budget_bytes = budget_bytes
         self.centres_writes = centres_writes
         self._configs: dict[str, SAEConfig] = {}
-        self._loaded: OrderedDict[str, SAE] = OrderedDict()
+        self._pins: dict[str, int] = {}  # SAEs in use are never evicted
+        self._loaded: LRU[str, SAE] = LRU(
+            budget=budget_bytes, weight=lambda sae: sae.nbytes(), pinned=self._in_use
+        )
         self._rows: dict[tuple[str, int], Tensor] = {}
-        self._pins: dict[str, int] = {}
         self._lock = threading.RLock()
         self._loading: dict[str, threading.Lock] = {}
         self._stats = StoreStats()
+
+    @property
+    def budget_bytes(self) -> int:
+        return self._loaded.budget
+
+    @budget_bytes.setter
+    def budget_bytes(self, value: int) -> None:
+        self._loaded.budget = value
 
     # -- sources ---------------------------------------------------------------------------
     def add(self, location: str | Path, source: str | None = None) -> str:
@@ -149,7 +158,7 @@ class SAEStore:
             if row is not None:
                 self._stats.row_hits += 1
                 return row
-            sae = self._loaded.get(source)
+            sae = self._loaded.get(source, touch=False)
         if sae is not None:
             row = sae.W_dec[index].clone()
         else:
@@ -166,13 +175,12 @@ class SAEStore:
         with self._lock:
             sae = self._loaded.get(source)
             if sae is not None:
-                self._loaded.move_to_end(source)
                 self._stats.hits += 1
                 return sae
             gate = self._loading.setdefault(source, threading.Lock())
         with gate:  # two callers asking for the same SAE load it once
             with self._lock:
-                sae = self._loaded.get(source)
+                sae = self._loaded.get(source, touch=False)
                 if sae is not None:
                     self._stats.hits += 1
                     return sae
@@ -181,8 +189,7 @@ class SAEStore:
             with self._lock:
                 self._stats.misses += 1
                 self._stats.load_seconds += time.perf_counter() - start
-                self._loaded[source] = sae
-                self._evict(keep=source)
+                self._note_evictions(self._loaded.put(source, sae))
             return sae
 
     @contextmanager
@@ -197,20 +204,15 @@ class SAEStore:
             with self._lock:
                 for s in sources:
                     self._pins[s] -= 1
-                self._evict()
+                self._note_evictions(self._loaded.evict())
 
-    def _evict(self, keep: str | None = None) -> None:
-        def resident() -> int:
-            return sum(s.nbytes() for s in self._loaded.values())
+    def _in_use(self, source: str) -> bool:
+        return self._pins.get(source, 0) > 0
 
-        for name in list(self._loaded):
-            if resident() <= self.budget_bytes:
-                break
-            if name == keep or self._pins.get(name, 0) > 0:
-                continue
-            del self._loaded[name]
-            self._stats.evictions += 1
-        total = resident()
+    def _note_evictions(self, evicted: list[str]) -> None:
+        """Count what ``self._loaded`` just evicted; warn if the SAEs in use overfill it."""
+        self._stats.evictions += len(evicted)
+        total = self._loaded.total()
         if total > self.budget_bytes:
             warnings.warn(
                 f"SAE store holds {total / 2**20:.0f} MiB, over its budget of "

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 import anywidget
 import traitlets
 
-from ..analysis.explain import effect_line
+from ..analysis.explanations import effect_line
 from ..steering.results import Completion
 from . import assets
 from .token_probs import hover_rows

@@ -1,6 +1,6 @@
 """The explorer's "why did the text change": effect colouring, a token's attribution table,
 and "what changed" beside the heatmap, wired to the engine's ``steering_effect``,
-``attribute`` and ``steering_features`` (``explain.py``).
+``attribute`` and ``steering_features`` (``analysis/explain.py``).
 
 Each finished run hands its outputs to ``shown``, which returns at once: a worker thread
 reads the effects when the colouring is on (one cached forward per steered output) and "what
@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from ..analysis.explain import local_runtime
+from ..analysis.gradients import local_runtime
 from ..errors import SteerWidgetsError
 from ..steering.results import SteerResult
 from .completions import Completions, effect_state

@@ -1,10 +1,13 @@
 """The explorer: composition and the Python API; each other idea lives in its own module.
 
 ``layout`` (the widgets in reading order), ``fields`` (settings controls from one table of
-request fields), ``feature_rows`` (strength sliders), ``picker`` and ``card`` (search, feature
-card), ``streaming`` (one run streamed into the panes, with its true state), ``completions``
-(panes), ``heat_pipeline`` (heatmap beside the run), ``status`` (status line), ``runner``
-(debounced background runs), ``views`` (save and load), ``presets`` (the gallery). Every
+request fields), ``request_form`` (the controls as a request), ``arguments`` (the explorer's
+argument checks), ``feature_rows`` (strength sliders), ``recommend`` (what a new row starts
+with), ``picker`` and ``card`` (search, feature card), ``streaming`` (one run streamed into
+the panes, with its true state), ``completions`` (panes), ``heat_menu`` and
+``heat_pipeline`` (what the heatmap colours, computed beside the run), ``status`` (status
+line), ``runner`` (debounced background runs), ``views`` (save and load), ``presets`` (the
+gallery). Every
 control change schedules a run (a lone change starts at once, a burst is debounced); a newer
 run cancels and drains the older one. Everything a user can do with the mouse is also a
 Python method, which is how the tests and benchmarks drive it::
@@ -18,24 +21,28 @@ Python method, which is how the tests and benchmarks drive it::
 from __future__ import annotations
 
 import json
-import math
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from .. import checks
 from ..checks import public_methods
-from ..errors import ArgumentError, RequestError, SteerWidgetsError
+from ..errors import RequestError, SteerWidgetsError
 from ..steering.requests import Feature, SteerRequest, Vector, check_vector
 from ..steering.results import Completion, SteerResult
+from . import recommend
+from .arguments import check_options, check_row, check_settings, check_strength
 from .evaluating import Evaluating, judge_words
 from .explain_panel import ExplainPanel
-from .feature_rows import DEFAULT_STRENGTH, FeatureRows
-from .fields import BY_NAME, Controls, defaults
-from .heat_pipeline import HeatJob, HeatPipeline, heat_job
-from .layout import Layout
+from .feature_rows import FeatureRows
+from .fields import Controls, defaults
+from .heat_menu import HeatMenu
+from .heat_pipeline import HeatPipeline
+from .layout import Layout, close_tree
 from .picker import FeaturePicker
 from .presets import PresetMenu
+from .request_form import read_request, set_control
 from .runner import Runner
 from .streaming import RunLoop
 
@@ -70,14 +77,13 @@ class Explorer:
             engine = Engine.default()
         elif not isinstance(engine, Engine):
             raise RequestError("engine", f"must be an Engine (None: the default), got {engine!r}")
-        _check_settings(settings)
-        _check_options(prompt, chat, features, live, debounce_s)
+        check_settings(settings)
+        check_options(prompt, chat, features, live, debounce_s)
         self.engine = engine
         self._quiet = 0  # > 0 while several controls change as one
-        self._heat_shown: tuple[SteerRequest, dict] | None = None  # what the heatmap colours
         self.picker = FeaturePicker(engine, self._picked, self._fail, on_concept=self._concept)
         self.features_ui = FeatureRows(self._changed, self.picker.neighbours, self.picker.card.show)
-        recommended = {"prompt_multiplier": self._default_prompt_multiplier()}
+        recommended = {"prompt_multiplier": recommend.prompt_multiplier(engine)}
         self.controls = Controls({**defaults(), **recommended, **settings})
         self.presets = PresetMenu(engine.model.name, self._apply_view, self._fail)
         self.view = Layout(
@@ -87,13 +93,17 @@ class Explorer:
         self.ui, self.completions, self.heatmap = v.ui, v.completions, v.heatmap
         self.status_line, self.record_box, self.live = v.status_line, v.record_box, v.live
         self.heat = HeatPipeline(engine, self.heatmap, self._fail)
+        self.heat_menu = HeatMenu(
+            v.heat_feature, self.features_ui, self.heat, lambda: self.runner.busy,
+            lambda req, outputs: self.explain.shown(req, outputs),
+        )  # fmt: skip
         # why the text changed: effect colouring, a token's attribution, "what changed"
         self.explain = ExplainPanel(
-            engine, self.completions, self.heatmap, self._heat_of, self._fail,
+            engine, self.completions, self.heatmap, self.heat_menu.heat_of, self._fail,
             open_card=self.picker.card.show, steer_with=self.add_feature,
         )  # fmt: skip
         self.runs = RunLoop(
-            engine, self.completions, self.status_line, self.request, self._submit_heat,
+            engine, self.completions, self.status_line, self.request, self.heat_menu.submit,
             lambda err: self._fail(err, run_failed=True),
         )  # fmt: skip
         self.runner = Runner(lambda cancel: self.runs.work(cancel, self.runner.started), debounce_s)
@@ -101,7 +111,7 @@ class Explorer:
             engine, v.evaluation, self._evaluated_steering, self.set_strength,
             lambda: [float(r.slider.value) for r in self.features_ui.rows],
         )  # fmt: skip
-        with self._batch(run=False):
+        with self.batch(run=False):
             if sweep:
                 self.set(sweep=sweep)
             for f in features:
@@ -118,7 +128,7 @@ class Explorer:
         for w in (v.prompt, v.mode, v.sweep_on, v.sweep_text):
             w.observe(self._changed, names="value")
         self.controls.observe(self._changed)
-        v.heat_feature.observe(lambda _: self._recolor(), names="value")
+        v.heat_feature.observe(lambda _: self.heat_menu.recolor(), names="value")
         v.run_button.on_click(lambda _: self.run())
         v.stop_button.on_click(lambda _: self.stop())
         v.record_button.on_click(lambda _: self._toggle_record())
@@ -134,7 +144,7 @@ class Explorer:
         self.picker.card.close()
         self.wait(timeout)
         self.wait_evaluation(timeout)
-        _close_tree(self.ui)
+        close_tree(self.ui)
 
     def _ipython_display_(self, **kwargs) -> None:
         from IPython.display import display
@@ -172,18 +182,18 @@ class Explorer:
         """Pick a feature: adds a strength slider row; returns its row number (-1: refused)."""
         try:
             cfg = self.engine.saes.check_index(source, index)
-            info = self._info(source, index)
-            norm = self._typical_norm(cfg.hook_name)
+            info = recommend.feature_info(self.engine, source, index)
+            norm = recommend.typical_norm(self.engine, cfg.hook_name)
             if strength is None:
-                strength = self._default_strength(source, info)
-            _check_strength(strength)
+                strength = recommend.start_strength(self.engine, source, info)
+            check_strength(strength)
         except SteerWidgetsError as err:
             self._fail(err)
             return -1
-        label = self._label(source, int(index), info)
-        with self._batch():
+        label = recommend.row_label(self.engine, source, int(index), info)
+        with self.batch():
             row = self.features_ui.add(source, int(index), float(strength), label, norm)
-            self._sync_heat_options()
+            self.heat_menu.sync()
         return row
 
     def add_concept(self, name: str, vector: Vector) -> int:
@@ -195,35 +205,17 @@ class Explorer:
         except RequestError as err:
             self._fail(err)
             return -1
-        with self._batch():
-            row = self.features_ui.add_vector(name, vector, self._typical_norm(vector.hook))
-            self._sync_heat_options()
+        with self.batch():
+            norm = recommend.typical_norm(self.engine, vector.hook)
+            row = self.features_ui.add_vector(name, vector, norm)
+            self.heat_menu.sync()
             return row
-
-    def _default_prompt_multiplier(self) -> float:
-        """The engine's recommendation, where it has one (1: the reference tools' steering)."""
-        recommended = getattr(self.engine, "default_prompt_multiplier", None)
-        return recommended() if recommended else 1.0
-
-    def _typical_norm(self, hook: str) -> float | None:
-        """The hook's typical residual norm, where the engine measures one (slider ranges)."""
-        typical_norm = getattr(self.engine, "typical_norm", None)
-        return typical_norm(hook) if typical_norm else None
-
-    def _default_strength(self, source: str, info) -> float:
-        """Where a new feature's slider starts: the engine's recommended strength (a
-        fraction of the hook's typical norm: a visible change that stays fluent), else the
-        reference tools' choice, the feature's max activation or 40."""
-        recommended = getattr(self.engine, "default_strength", None)
-        if recommended is not None:
-            return recommended(source)
-        return info.max_act if info and info.max_act else DEFAULT_STRENGTH
 
     def set_strength(self, row: int, value: float) -> None:
         """Move a row's slider (as a user would); a value beyond the range widens it."""
         try:
-            self._check_row(row)
-            _check_strength(value)
+            check_row(row, len(self.features_ui.rows))
+            check_strength(value)
         except RequestError as err:
             self._fail(err)
             return
@@ -232,13 +224,13 @@ class Explorer:
     def remove_feature(self, row: int) -> None:
         """Drop a picked feature (or concept) and its slider."""
         try:
-            self._check_row(row)
+            check_row(row, len(self.features_ui.rows))
         except RequestError as err:
             self._fail(err)
             return
-        with self._batch():
+        with self.batch():
             self.features_ui.remove(row)
-            self._sync_heat_options()
+            self.heat_menu.sync()
 
     @property
     def features(self) -> list[Feature]:
@@ -251,57 +243,17 @@ class Explorer:
         in the status line and leaves its control unchanged. All changes make one run.
         An unknown name is an ``ArgumentError`` before anything changes.
         """
-        _check_settings(settings, also=("prompt", "chat", "sweep"))
-        with self._batch():
+        check_settings(settings, also=("prompt", "chat", "sweep"))
+        with self.batch():
             for name, value in settings.items():
                 try:
-                    self._set_one(name, value)
+                    set_control(self.view, self.controls, name, value)
                 except RequestError as err:
                     self._fail(err)
 
-    def _set_one(self, name: str, value: Any) -> None:
-        if name == "prompt":
-            if not isinstance(value, str):
-                raise RequestError("prompt", f"must be text, got {value!r}")
-            self.view.prompt.value = value
-        elif name == "chat":
-            self.view.mode.value = "chat" if checks.flag("chat", value) else "completion"
-        elif name == "sweep":
-            values = () if value is None else tuple(checks.sequence("sweep", value))
-            for m in values:
-                _check_strength(m, "sweep")
-            self.view.sweep_on.value = bool(values)
-            if values:
-                self.view.sweep_text.value = ", ".join(f"{m:g}" for m in values)
-        else:
-            self.controls.set(name, value)
-
     def request(self) -> SteerRequest:
         """The request the current controls describe (STEERED only when a feature is picked)."""
-        text = self.view.prompt.value
-        prompt = [{"role": "user", "content": text}] if self.view.mode.value == "chat" else text
-        features, vectors = tuple(self.features), tuple(self.features_ui.vectors())
-        values = self.controls.values()
-        sweep: tuple[float, ...] = ()
-        if self.view.sweep_on.value and (features or vectors):
-            try:
-                parsed = [float(s) for s in self.view.sweep_text.value.replace(",", " ").split()]
-            except ValueError as err:
-                raise RequestError(
-                    "sweep", f"expected numbers, got {self.view.sweep_text.value!r}"
-                ) from err
-            # STEERED itself is the row at the current multiplier; each row once
-            mult = values["strength_multiplier"]
-            sweep = tuple(dict.fromkeys(m for m in parsed if m != mult))
-        steered = features or vectors
-        return SteerRequest(
-            prompt=prompt,
-            features=features,
-            vectors=vectors,
-            types=("DEFAULT", "STEERED") if steered else ("DEFAULT",),
-            sweep=sweep,
-            **values,
-        )
+        return read_request(self.view, self.controls, self.features_ui)
 
     def run(self) -> None:
         """Start a run now (cancelling any running one); returns at once, see ``wait``."""
@@ -381,12 +333,6 @@ class Explorer:
         if not self.live.value:
             self.run()
 
-    def _check_row(self, row) -> None:
-        rows = len(self.features_ui.rows)
-        if not rows:
-            raise RequestError("row", f"there is no row {row!r}: no feature picked yet")
-        checks.integer("row", row, 0, rows - 1)
-
     # -- evaluation ------------------------------------------------------------------------
     def evaluate(self, prompts: list | None = None, strengths=None, judge=None) -> bool:
         """Run the steering as the sliders set it (the x1 point) over ``prompts`` (``None``:
@@ -431,8 +377,12 @@ class Explorer:
 
     # -- control flow --------------------------------------------------------------------
     @contextmanager
-    def _batch(self, run: bool = True):
-        """Several control changes as one: a single run (if ``run``) at the end."""
+    def batch(self, run: bool = True) -> Iterator[None]:
+        """Several control changes as one run: inside ``with ex.batch():`` changes schedule
+        nothing, and the outermost batch schedules a single run at its end (none with
+        ``run=False``). Why: loading a view or adding a feature changes many controls, and
+        one run per change would start and cancel runs for settings nobody asked for."""
+        checks.flag("run", run)
         self._quiet += 1
         try:
             yield
@@ -475,59 +425,6 @@ class Explorer:
         else:
             self.status_line.error = str(err)
 
-    # -- heatmap -------------------------------------------------------------------------
-    def _heat_choice(self) -> Feature | tuple[str, Vector] | None:
-        """The menu's choice: a feature, or a concept row's ``(name, Vector)``."""
-        i = self.view.heat_feature.value
-        if isinstance(i, tuple):  # ("concept", j): the residual's projection on its vector
-            concepts = self._concept_rows()
-            return concepts[i[1]] if i[1] < len(concepts) else None
-        feats = self.features
-        return feats[i] if i is not None and 0 <= i < len(feats) else None
-
-    def _concept_rows(self) -> list[tuple[str, Vector]]:
-        return [(r.name, r.vector) for r in self.features_ui.rows if r.vector is not None]
-
-    def _sync_heat_options(self) -> None:
-        menu = self.view.heat_feature
-        current = menu.value
-        options = [(f"{f.source} #{f.index}", i) for i, f in enumerate(self.features)]
-        options += [
-            (f"concept {n}", ("concept", j)) for j, (n, _) in enumerate(self._concept_rows())
-        ]
-        menu.options = options
-        if options:
-            values = [v for _, v in options]
-            menu.value = current if current in values else values[0]
-
-    def _submit_heat(self, req: SteerRequest, outputs: dict, final: bool, run: dict) -> None:
-        """Hand the shown outputs to the heatmap worker; never waits for it."""
-        if final and run:  # a run finished (not a recolouring): effects, "what changed"
-            self.explain.shown(req, outputs)
-        choice = self._heat_choice()
-        if choice is None:
-            self.heat.clear("pick a feature to see its activations")
-            return
-
-        def shown(at: float) -> None:
-            run["heat_at"] = at
-
-        self._heat_shown = (req, outputs)
-        self.heat.submit(heat_job(req.prompt, outputs, choice, final, shown))
-
-    def _recolor(self) -> None:
-        """Another feature for the heatmap: recolor what the panes show, no new run."""
-        if self._heat_shown is None or self.runner.busy:
-            return  # the running run's next frame uses the new choice
-        req, outputs = self._heat_shown
-        self._submit_heat(req, outputs, True, {})
-
-    def _heat_of(self, source: str, index: int) -> None:
-        """Heatmap of any feature (a "what changed" row) over what the panes show."""
-        if self._heat_shown is not None:
-            req, outputs = self._heat_shown
-            self.heat.submit(HeatJob(req.prompt, outputs, source, index))
-
     # -- records -------------------------------------------------------------------------
     def _result(self) -> SteerResult:
         if self.request_done is None:
@@ -543,44 +440,3 @@ class Explorer:
             self.record_box.layout.display = None
         except SteerWidgetsError as err:
             self._fail(err)
-
-    def _label(self, source: str, index: int, info) -> str:
-        """The feature's readable name and its first top tokens."""
-        tokens = ", ".join(repr(t) for t in info.top_tokens[:4]) if info else ""
-        return f"{self.engine.feature_index(source).label(index)} · {tokens}"
-
-    def _info(self, source: str, index: int):
-        try:
-            return self.engine.feature_index(source)[int(index)]
-        except (SteerWidgetsError, IndexError):
-            return None
-
-
-def _check_settings(settings: dict, also: tuple[str, ...] = ()) -> None:
-    for name in settings:
-        if name not in BY_NAME and name not in also:
-            known = sorted([*BY_NAME, *also])
-            raise ArgumentError(str(name), f"is not a setting of the explorer; known: {known}")
-
-
-def _check_options(prompt, chat, features, live, debounce_s) -> None:
-    """The explorer's own arguments (each feature is checked as it is added)."""
-    checks.text("prompt", prompt)
-    checks.flag("chat", chat)
-    checks.flag("live", live)
-    checks.number("debounce_s", debounce_s, minimum=0)
-    for i, f in enumerate(checks.sequence("features", features)):
-        if isinstance(f, (str, bytes)) or not isinstance(f, (tuple, list)) or not 2 <= len(f) <= 3:
-            raise RequestError(f"features[{i}]", f"must be (source, index[, strength]), got {f!r}")
-
-
-def _check_strength(value: Any, field: str = "strength") -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise RequestError(field, f"must be a finite number, got {value!r}")
-
-
-def _close_tree(widget) -> None:
-    """``widget`` and every widget below it, closed."""
-    for child in getattr(widget, "children", ()):
-        _close_tree(child)
-    widget.close()

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..analysis.explain import projection
+from ..analysis.projection import projection
 from ..errors import SteerWidgetsError
 from ..steering.requests import Feature, Vector
 from ..steering.results import Completion

@@ -129,3 +129,11 @@ class Layout:
             layout={"width": "100%"},
         )
         self.ui.add_class("sw-explorer")
+
+
+def close_tree(widget: widgets.Widget) -> None:
+    """``widget`` and every widget below it, closed: the front end drops them all and the
+    kernel can collect what they refer to (closing a box leaves its children open)."""
+    for child in getattr(widget, "children", ()):
+        close_tree(child)
+    widget.close()

@@ -101,7 +101,7 @@ def apply_view(explorer, source: str | Path | dict) -> None:
     view = read_view(source)
     req = SteerRequest.from_dict(view["request"])
     ex = explorer
-    with ex._batch():
+    with ex.batch():
         while ex.features_ui.rows:
             ex.remove_feature(len(ex.features_ui.rows) - 1)
         ex.set(prompt=view["prompt"], chat=view["chat"], sweep=tuple(req.sweep))

@@ -75,18 +75,6 @@ def test_request_rows_drop_only_the_attention_sink():
     assert torch.equal(concepts.request_rows(resid[:1], [True]), resid[:1])
 
 
-def test_remember_keeps_the_most_recently_used():
-    from collections import OrderedDict
-
-    cache: OrderedDict = OrderedDict()
-    for k in "abc":
-        concepts._remember(cache, k, k.upper(), size=2)
-    assert list(cache) == ["b", "c"]
-    cache.move_to_end("b")
-    concepts._remember(cache, "d", "D", size=2)
-    assert list(cache) == ["b", "d"]
-
-
 def test_recommended_strengths_follow_the_engines_prompt_multiplier():
     """Each recommendation belongs to the multiplier it was measured with; an engine that
     recommends another multiplier gets the nearest measured one's."""

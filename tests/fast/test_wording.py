@@ -70,7 +70,13 @@ def test_this_session_far_from_any_notebook_word_fails():
 
 
 def test_repository_files_skip_vendored_and_hidden_folders(tmp_path):
-    for name in ("a.md", "steer_widgets/static/embed.js", ".venv/x.py", "b.png", "Makefile"):
+    for name in (
+        "a.md",
+        "steer_widgets/widgets/static/embed.js",
+        ".venv/x.py",
+        "b.png",
+        "Makefile",
+    ):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text("x", encoding="utf-8")
     found = {p.relative_to(tmp_path).as_posix() for p in check.repository_files(tmp_path)}

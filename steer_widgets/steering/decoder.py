@@ -1,0 +1,163 @@
+"""The one place a model is run: every steer, evaluation and explanation goes through it.
+
+The engine, the evaluator and the explainer all decode rows and read log-probabilities on
+one model. Doing it through one ``Decoder`` means one lock orders every pass over the model
+(a decode step, an attribution's forward and backward, a log-probability read), one set of
+running decodes answers ``cancel_all``, and one DEFAULT cache serves every caller: an
+evaluation's DEFAULT row is the explorer's DEFAULT for the same prompt and settings.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+
+import torch
+from torch import Tensor
+
+from ..lru import LRU
+from ..runtime.protocol import Hook, Runtime
+from .generation import Row, Sampling, Step, TokenProb, decode
+from .results import Completion
+
+DEFAULT_CACHE_SIZE = 32  # DEFAULT completions kept, by (prompt ids, sampling)
+
+
+class Transcript:
+    """What each row of a decode has produced so far: its token ids and their ``TokenProb``."""
+
+    def __init__(self, n_rows: int) -> None:
+        self.ids: list[list[int]] = [[] for _ in range(n_rows)]
+        self.probs: list[list[TokenProb]] = [[] for _ in range(n_rows)]
+
+    def add(self, step: Step) -> None:
+        """Append one decode step's tokens to each row that is still decoding."""
+        for r, token in enumerate(step.tokens):
+            if token is not None:
+                self.ids[r].append(token)
+                self.probs[r].append(step.probs[r])
+
+
+class Decoder:
+    """Rows decoded on one runtime, under one lock, with the DEFAULT cache.
+
+    ``lock`` is held for each decode step, not for a whole decode: callers that run the
+    model outside ``rows`` (an attribution, a log-probability read) hold it for their pass,
+    and wait at most one step for a decode running on another thread.
+    """
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        tokenizer,
+        stop_ids: frozenset[int],
+        cache_size: int = DEFAULT_CACHE_SIZE,
+    ) -> None:
+        self.runtime, self.tokenizer, self.stop_ids = runtime, tokenizer, stop_ids
+        self.lock = threading.Lock()  # one pass over the model at a time: the CPU is the bound
+        self._state = threading.Lock()  # guards _active and _defaults across threads
+        self._active: set[threading.Event] = set()
+        self._defaults: LRU[tuple, Completion] = LRU(cache_size)
+
+    @property
+    def local(self) -> bool:
+        """Whether rows decode in this process (a remote engine's runtime has no KV cache)."""
+        return hasattr(self.runtime, "new_cache")
+
+    def rows(
+        self,
+        prompt_ids: Sequence[int],
+        rows: list[Row],
+        sampling: Sampling,
+        cancel: threading.Event | None = None,
+    ) -> Iterator[Step]:
+        """The decode loop's steps, each computed under ``lock``; ``cancel`` (or
+        ``cancel_all``) stops it within one step. Decodes on several threads take turns
+        step by step, each row still exactly its solo run (rows never depend on the batch)."""
+        cancel = cancel or threading.Event()
+        steps = decode(self.runtime, prompt_ids, rows, sampling, self.stop_ids, cancel)
+        with self.running(cancel):
+            try:
+                while True:
+                    with self.lock:  # not held while the caller looks at a step
+                        step = next(steps, None)
+                    if step is None:
+                        return
+                    yield step
+            finally:
+                steps.close()  # drops the decode's queued noise now, not at garbage collection
+
+    @contextmanager
+    def running(self, cancel: threading.Event) -> Iterator[threading.Event]:
+        """Register ``cancel`` for ``cancel_all`` while a decode runs (here or remotely)."""
+        with self._state:
+            self._active.add(cancel)
+        try:
+            yield cancel
+        finally:
+            with self._state:
+                self._active.discard(cancel)
+
+    def decode_all(
+        self, prompt_ids: Sequence[int], rows: list[Row], sampling: Sampling
+    ) -> list[Completion]:
+        """Decode ``rows`` of one prompt to the end in one batch (no streaming, no cache)."""
+        transcript = Transcript(len(rows))
+        for step in self.rows(prompt_ids, rows, sampling):
+            transcript.add(step)
+        return [
+            self.completion(ids, self.stop_of(ids, "length"), probs)
+            for ids, probs in zip(transcript.ids, transcript.probs, strict=True)
+        ]
+
+    def stop_of(self, ids: Sequence[int], otherwise: str) -> str:
+        """``"eos"`` if a row's last token is a stop token, else ``otherwise``."""
+        return "eos" if ids and ids[-1] in self.stop_ids else otherwise
+
+    def completion(
+        self, ids: Sequence[int], stop: str, probs: Sequence[TokenProb] | None = None
+    ) -> Completion:
+        """A row's tokens as a ``Completion`` (stop tokens kept in ids, not in the text)."""
+        text_ids = [i for i in ids if i not in self.stop_ids]
+        token_probs = tuple(probs) if probs is not None else None
+        return Completion(self.tokenizer.decode(text_ids), tuple(ids), stop, token_probs)
+
+    def logprobs(
+        self, ids: Sequence[int], n: int, hooks: Mapping[str, Hook] | None = None
+    ) -> Tensor:
+        """Log-probability of each of the last ``n`` tokens of ``ids`` given the tokens
+        before it, in one forward pass under ``lock`` (with ``hooks``: as steered)."""
+        if n == 0:
+            return torch.zeros(0)
+        tokens = torch.tensor([list(ids)], device=self.runtime.device)
+        with self.lock, torch.no_grad():
+            logits = self.runtime.forward(tokens, hooks=dict(hooks or {}))
+        logits = logits[0, -n - 1 : -1].float().cpu()
+        targets = torch.tensor(list(ids[-n:]))
+        return torch.log_softmax(logits, -1).gather(1, targets[:, None])[:, 0]
+
+    # -- the DEFAULT cache -----------------------------------------------------------------
+    def cached_default(self, prompt_ids: Sequence[int], sampling: Sampling) -> Completion | None:
+        """The DEFAULT completion already decoded for this prompt and sampling, if kept."""
+        with self._state:
+            return self._defaults.get((tuple(prompt_ids), sampling))
+
+    def remember_default(
+        self, prompt_ids: Sequence[int], sampling: Sampling, completion: Completion
+    ) -> None:
+        """Keep a finished DEFAULT completion for the next request that needs it."""
+        with self._state:
+            self._defaults.put((tuple(prompt_ids), sampling), completion)
+
+    def clear(self) -> None:
+        """Forget every cached DEFAULT."""
+        with self._state:
+            self._defaults.clear()
+
+    def cancel_all(self) -> None:
+        """Stop every running decode within one step."""
+        with self._state:
+            active = list(self._active)
+        for event in active:
+            event.set()
