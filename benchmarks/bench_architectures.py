@@ -17,7 +17,8 @@ import torch
 import transformers as tf
 from common import best_of, read_bandwidth
 
-from steer_widgets.runtime.transformer import Transformer, TransformerConfig
+from steer_widgets.runtime.config import TransformerConfig
+from steer_widgets.runtime.transformer import Transformer
 from steer_widgets.steering.generation import Row, Sampling, decode
 
 N_NEW, PROMPT_LEN, VOCAB = 32, 24, 32000

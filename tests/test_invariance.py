@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from steer_widgets.runtime.config import TransformerConfig
 from steer_widgets.runtime.invariance import MAX_GROUP, rows_match_solo
 from steer_widgets.runtime.linear import KERNELS
-from steer_widgets.runtime.transformer import Transformer, TransformerConfig
+from steer_widgets.runtime.transformer import Transformer
 
 
 def test_calibrated_groups_are_invariant_for_every_linear_and_largest(engine):

@@ -369,7 +369,7 @@ def test_a_converted_gguf_loads_its_config_without_transformers(tokenizer, gguf_
     from transformers import AutoConfig
 
     from steer_widgets.runtime import gguf_model
-    from steer_widgets.runtime.transformer import TransformerConfig, fast_config
+    from steer_widgets.runtime.config import TransformerConfig, fast_config
 
     path = gguf_cache / "tiny-qwen2.gguf"
     write_tiny_qwen2(path, tokenizer)

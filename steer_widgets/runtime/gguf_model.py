@@ -116,7 +116,7 @@ def read_tensors(
 
     arch = index["architecture"]
     if arch not in ARCHITECTURES:
-        from .transformer import UnsupportedModel
+        from .config import UnsupportedModel
 
         raise UnsupportedModel(
             f"GGUF architecture {arch!r}: the quantized path reads {', '.join(ARCHITECTURES)}"
@@ -195,7 +195,7 @@ def _convert_metadata(path: Path, folder: Path) -> None:
 def _fast_config(folder: Path, path: Path):
     """The runtime's config from ``FAST_CONFIG`` (written at conversion; a folder converted
     before it existed gets it now, once)."""
-    from .transformer import TransformerConfig
+    from .config import TransformerConfig
 
     if not (folder / FAST_CONFIG).exists():
         _write_fast_config(folder, path)
@@ -205,8 +205,8 @@ def _fast_config(folder: Path, path: Path):
 def _write_fast_config(folder: Path, path: Path) -> None:
     from transformers import AutoConfig
 
-    from .transformer import ARCHITECTURES as FAST
-    from .transformer import UnsupportedModel, fast_config
+    from .config import ARCHITECTURES as FAST
+    from .config import UnsupportedModel, fast_config
 
     cfg = fast_config(AutoConfig.from_pretrained(folder))
     if cfg is None:

