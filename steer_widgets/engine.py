@@ -27,6 +27,7 @@ from .runtime.tokens import EncodedPrompt
 from .sae.feature_index import FeatureIndex
 from .sae.hook_view import centres_writes
 from .sae.store import DEFAULT_BUDGET, SAEStore, check_locations
+from .steering.batch import plan_batch
 from .steering.decoder import Decoder, Transcript
 from .steering.generation import Row, Sampling
 from .steering.requests import (
@@ -171,27 +172,41 @@ class Engine:
         rows = [Row(seed=request.seed + i) for i in range(n)]
         return self.decoder.decode_all(prompt_enc.ids, rows, request.sampling)
 
-    def steer_batch(self, requests: Mapping[str, SteerRequest]) -> dict[str, SteerResult]:
-        """Several requests on one prompt and one set of sampling settings (say, different
-        features to compare), decoded in one batch; each output equals its solo run."""
-        if not isinstance(requests, Mapping) or not requests:
-            raise RequestError("requests", "must be a non-empty mapping of name to request")
-        reqs = {name: as_request(r) for name, r in requests.items()}
-        plans = {name: self.plan(r) for name, r in reqs.items()}  # all validated first
-        keys = {(p.ids, reqs[n].sampling) for n, (p, _) in plans.items()}
-        if len(keys) != 1:
-            raise RequestError("requests", "must share one prompt and one sampling setting")
-        ((prompt_ids, sampling),) = keys
-        owners = [(n, label) for n, (_, plan) in plans.items() for label in plan.labels]
-        rows = [row for _, plan in plans.values() for row in plan.rows]
+    def steer_batch(
+        self, requests: Mapping[str, SteerRequest], cancel: threading.Event | None = None
+    ) -> dict[str, SteerResult]:
+        """Several requests decoded together as one ragged batch: different prompts, sampling
+        settings, lengths and steerings, each output token for token its solo ``steer``.
+        Requests on one prompt and sampling share a DEFAULT row (or the DEFAULT cache).
+        Every request is validated before any decoding; a bad one is named by its key."""
+        reqs, plans = self._batch_plans(requests)
         started = time.perf_counter()
-        done = self.decoder.decode_all(prompt_ids, rows, sampling)
+        batch = plan_batch(
+            {n: (p.ids, reqs[n].sampling, plan) for n, (p, plan) in plans.items()},
+            self.decoder.cached_default,
+        )
         outputs: dict[str, dict[str, Completion]] = {n: {} for n in reqs}
-        for (name, label), completion in zip(owners, done, strict=True):
+        for (name, label), completion in batch.cached.items():
             outputs[name][label] = completion
-        stats = {"seconds": time.perf_counter() - started, "batch": len(rows)}
+        done: list[Completion] = []
+        for rows, slots in batch.parts():
+            done += self.decoder.decode_all(None, rows, None, cancel)
+            for completion, answers in zip(done[-len(rows) :], slots, strict=True):
+                for name, label in answers:
+                    outputs[name][label] = completion
+        for r, (name, _) in batch.defaults():
+            if done[r].stop != "cancelled":
+                self.decoder.remember_default(plans[name][0].ids, reqs[name].sampling, done[r])
+        stats = {"seconds": time.perf_counter() - started, "batch": len(batch.rows)}
         return {
-            n: SteerResult(reqs[n], outputs[n], prompt_ids, self.model.name, stats) for n in reqs
+            n: SteerResult(
+                reqs[n],
+                ordered(outputs[n], plans[n][1].labels),
+                plans[n][0].ids,
+                self.model.name,
+                stats,
+            )  # fmt: skip
+            for n in reqs
         }
 
     def token_logprobs(self, prompt, completion: Completion | Sequence[int]) -> Tensor:
@@ -396,6 +411,20 @@ class Engine:
         return self._explain
 
     # -- internals -------------------------------------------------------------------------
+    def _batch_plans(self, requests) -> tuple[dict, dict]:
+        """Each request of a batch and its plan, all validated first; an invalid one raises
+        naming its key (``requests['b'].seed``) before anything runs."""
+        if not isinstance(requests, Mapping) or not requests:
+            raise RequestError("requests", "must be a non-empty mapping of name to request")
+        reqs, plans = {}, {}
+        for name, request in requests.items():
+            try:
+                reqs[name] = as_request(request)
+                plans[name] = self.plan(reqs[name])
+            except RequestError as err:
+                raise RequestError(f"requests[{name!r}].{err.field}", err.problem) from None
+        return reqs, plans
+
     def _encode(self, request: SteerRequest) -> EncodedPrompt:
         return self.tokenizer.encode(request.prompt, self.model.runtime.cfg.max_context - 1)
 

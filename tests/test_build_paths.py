@@ -55,9 +55,11 @@ def requests(sources: list[str]) -> list[sw.SteerRequest]:
 
 
 def rows_and_solo(engine: sw.Engine) -> list[dict]:
-    """Each request's rows together, and each row generated alone."""
+    """Each request's rows together, and each row generated alone; last, both requests (two
+    prompts, greedy and sampled) as one ragged ``steer_batch`` against the same solo rows."""
     out = []
-    for request in requests(engine.saes.sources()):
+    reqs = requests(engine.saes.sources())
+    for request in reqs:
         engine.clear_caches()
         together = {k: list(c.token_ids) for k, c in engine.steer(request).outputs.items()}
         solo = {}
@@ -73,7 +75,15 @@ def rows_and_solo(engine: sw.Engine) -> list[dict]:
                 alone = request.with_(types=("STEERED",), sweep=(), strength_multiplier=m)
                 solo[label] = list(engine.steer(alone).outputs["STEERED"].token_ids)
         out.append({"together": together, "solo": solo})
-    return out
+    engine.clear_caches()
+    batch = engine.steer_batch({str(i): r for i, r in enumerate(reqs)})
+    ragged = {
+        f"{i}.{label}": list(c.token_ids)
+        for i in range(len(reqs))
+        for label, c in batch[str(i)].outputs.items()
+    }
+    alone = {f"{i}.{label}": ids for i, o in enumerate(out) for label, ids in o["solo"].items()}
+    return [*out, {"together": ragged, "solo": alone}]
 
 
 @pytest.fixture(scope="module")

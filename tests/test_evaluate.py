@@ -170,7 +170,7 @@ def test_cancel_keeps_finished_rows(engine, direction):
     final = ev
     assert final.cancelled and not final.complete
     assert 0 < len(final.rows) < 6
-    assert {r.prompt_index for r in final.rows} == {0}
+    assert {r.prompt_index for r in final.rows} <= set(final.defaults)  # each beside its DEFAULT
     assert all(d.nll >= 0 for d in final.defaults.values())
 
 

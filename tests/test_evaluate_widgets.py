@@ -14,6 +14,11 @@ from steer_widgets.widgets.evaluate_panel import EvaluatePanel
 PROMPTS = ["I went to the", [{"role": "user", "content": "What should I cook tonight?"}]]
 
 
+def has_running(grid: list) -> bool:
+    """Whether a drawn grid shows the text of a row still decoding."""
+    return any(c and c.get("running") for row in grid for c in row["cells"])
+
+
 @pytest.fixture(scope="module")
 def ocean(engine):
     return engine.concept_vector("ocean")
@@ -30,11 +35,13 @@ def test_panel_fills_as_rows_finish_and_matches_the_engine(engine, ex, ocean):
     panel = ex.view.evaluation
     seen: list[int] = []
     panel.observe(lambda change: seen.append(change["new"]), names="done_rows")
+    running: list[bool] = []  # per grid drawn: whether it showed a row still decoding
+    panel.observe(lambda change: running.append(has_running(change["new"])), names="grid")
     assert ex.evaluate(PROMPTS, strengths=(0, 1, 2))
     assert ex.wait_evaluation(300)
     assert panel.state == "done", (panel.state, panel.error)
-    assert seen[-1] == panel.total_rows == 6
-    assert 3 in seen  # the first prompt's rows were drawn before the second prompt ran
+    assert seen == sorted(seen) and seen[-1] == panel.total_rows == 6
+    assert any(running) and not running[-1]  # texts drawn while decoding, then the finished grid
     drawn = [[c["text"] for c in row["cells"]] for row in panel.grid]
     direct = engine.evaluate(
         {"ocean": sw.SteerRequest("", vectors=[ocean], prompt_multiplier=2.0)},
@@ -73,8 +80,8 @@ def test_stop_replace_and_errors_leave_the_explorer_usable(ex, engine):
     panel = ex.view.evaluation
     states: list[str] = []
     panel.observe(lambda change: states.append(change["new"]), names="state")
-    first_rows = threading.Event()
-    panel.observe(lambda change: change["new"] and first_rows.set(), names="done_rows")
+    first_rows = threading.Event()  # the first texts drawn, rows still decoding
+    panel.observe(lambda change: has_running(change["new"]) and first_rows.set(), names="grid")
     assert ex.evaluate(PROMPTS * 3, strengths=(0, 1))
     assert first_rows.wait(120)
     assert ex.evaluate(PROMPTS, strengths=(1,))  # a newer evaluation replaces the running one

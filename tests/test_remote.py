@@ -155,8 +155,14 @@ def test_samples_batches_and_logprobs_over_the_server(remote, engine):
     want = engine.token_logprobs("Once upon a time", samples[0])
     assert got.shape == want.shape == (6,) and float((got - want).abs().max()) < 1e-3
     request = sw.SteerRequest("Hi", features=[sw.Feature("10-smollm2-res-4k", 1, 9.0)])
-    batch = remote.steer_batch({"a": request.with_(temperature=0, n_completion_tokens=3)})
+    a = request.with_(temperature=0, n_completion_tokens=3)
+    b = a.with_(prompt="Once upon a time", temperature=0.8, freq_penalty=0.0, seed=2)
+    batch = remote.steer_batch({"a": a, "b": b})
     assert batch["a"].to_dict()["served_by"]["backend"] == "eager"
+    assert batch["b"].outputs == remote.steer(b).outputs
+    with pytest.raises(sw.RequestError) as err:  # refused by its key before any request
+        remote.steer_batch({"a": a, "bad": b.with_(temperature=-1.0)})
+    assert err.value.field == "requests['bad'].temperature"
 
 
 def test_every_hook_kind_maps_to_the_same_tensor(remote, engine):

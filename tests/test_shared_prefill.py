@@ -64,10 +64,16 @@ def _prefill(runtime, ids, rows, shared: bool, monkeypatch):
         if not shared:
             m.setattr(runtime_cls, "resumes", False)
         cache = runtime.new_cache(len(rows), len(ids) + 1)
-        last = generation._prefill(runtime, torch.tensor([ids]), rows, cache)
+        last: dict = {}
+        for _ in generation._prefill(runtime, ids, rows, range(len(rows)), cache, last):
+            pass
     starts = [n for n, i in enumerate(visited) if i == 0 or (n and visited[n - 1] >= i)]
     ends = [*starts[1:], len(visited)]
-    return torch.stack(last), cache, [b - a for a, b in zip(starts, ends, strict=True)]
+    return (
+        torch.stack([last[r] for r in range(len(rows))]),
+        cache,
+        [b - a for a, b in zip(starts, ends, strict=True)],
+    )
 
 
 @pytest.mark.parametrize("case", list(ROWS))

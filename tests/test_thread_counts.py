@@ -155,3 +155,15 @@ def test_evaluate_rows_equal_solo_steers(engine, threads):
             engine.clear_caches()
             want = engine.steer(alone).outputs["STEERED"].token_ids
             assert row.token_ids == want, (row.prompt_index, row.strength, threads)
+
+
+def test_a_ragged_batch_equals_solo_rows(engine, sources, solo_rows, threads):
+    """Both requests (two prompts, greedy and sampled) as one ragged ``steer_batch``."""
+    reqs = requests(sources)
+    engine.clear_caches()
+    got = engine.steer_batch({str(i): r for i, r in enumerate(reqs)})
+    for i, (request, want) in enumerate(zip(reqs, solo_rows, strict=True)):
+        outputs = list(got[str(i)].outputs.values())
+        assert outputs[0].token_ids == want["DEFAULT"], threads
+        steered = [want[m] for m in (1.0, *request.sweep)]
+        assert [c.token_ids for c in outputs[1:]] == steered, threads

@@ -77,3 +77,23 @@ def test_the_last_of_many_rows_equals_its_solo_run(tl_engine, sources):
     solo = tl_engine.steer(alone).outputs["STEERED"]
     last = together.outputs["STEERED*8"]
     assert solo.token_ids == last.token_ids and solo.token_probs == last.token_probs
+
+
+def test_a_ragged_batch_equals_each_request_alone(tl_engine, sources):
+    """Rows of different prompts and lengths decode side by side, each on its own cache at
+    its own position (hooks get each row's position: ``prompt_multiplier`` depends on it)."""
+    requests = {
+        "chat": sw.SteerRequest([{"role": "user", "content": "Hi there!"}], types=("STEERED",),
+                                features=[sw.Feature(sources[1], 11, 80.0)], prompt_multiplier=2.0,
+                                n_completion_tokens=4, temperature=0.8, seed=2),
+        "text": sw.SteerRequest("The old lighthouse keeper said", n_completion_tokens=6,
+                                features=[sw.Feature(sources[0], 5, 40.0)], temperature=0.0),
+    }  # fmt: skip
+    tl_engine.clear_caches()
+    together = tl_engine.steer_batch(requests)
+    for name, request in requests.items():
+        for label, completion in together[name].outputs.items():
+            tl_engine.clear_caches()
+            solo = tl_engine.steer(request.with_(types=(label,))).outputs[label]
+            assert solo.token_ids == completion.token_ids, (name, label)
+            assert solo.token_probs == completion.token_probs, (name, label)

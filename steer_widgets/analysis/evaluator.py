@@ -1,15 +1,14 @@
-"""Running an evaluation: every (prompt, strength) row decoded exactly, prompt by prompt.
+"""Running an evaluation: every (prompt, strength) row decoded exactly, all prompts at once.
 
-For each prompt, DEFAULT and every strength of every steering decode in one batch (each row
-is token for token its solo ``Engine.steer`` run, the engine's guarantee). Fluency needs each
-steered text scored by the *unsteered* model; instead of a second forward over every text,
-each steered row gets a shadow row in the same batch: an unsteered row fed the steered row's
-tokens (``Row.follow``), whose token log-probabilities are exactly that score. A shadow row
-costs one more row in each decode step (decode reads the weights once for all rows), and its
-prompt is a copy of DEFAULT's keys and values, not another prefill.
+Every prompt's DEFAULT and every strength of every steering decode in one ragged batch
+(rows of different prompts side by side, each token for token its solo ``Engine.steer``
+run, the engine's guarantee), in parts of at most ``batch.MAX_ROWS`` rows. Fluency needs
+each steered text scored by the *unsteered* model; instead of a second forward over every
+text, each steered row gets a shadow row in the same batch: an unsteered row fed the steered
+row's tokens (``Row.follow``), whose token log-probabilities are exactly that score. A
+shadow row costs one more row in each decode step (decode reads the weights once for all
+rows), and its prompt is a copy of DEFAULT's keys and values, not another prefill.
 
-Rows of different prompts are not batched together: the decode loop shares one prompt
-length across a batch, so mixing prompts would need per-row positions in every runtime.
 An engine without an in-process decode loop (``Engine.remote``) runs each prompt as one
 request per steering and scores fluency with ``token_logprobs``.
 """
@@ -20,10 +19,12 @@ import json
 import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from ..errors import RequestError, SteerWidgetsError
 from ..runtime.tokens import check_prompt
+from ..steering.batch import MAX_ROWS
 from ..steering.decoder import Transcript
 from ..steering.generation import Row, Sampling, check_sampling_keys
 from ..steering.requests import Feature, SteerRequest, Vector
@@ -108,63 +109,79 @@ class Evaluator:
         cancel = cancel or threading.Event()
         ev = self.empty()
         started = time.perf_counter()
-        for i, (enc, plans) in enumerate(self.plans):
+        local = self.engine.decoder.local
+        parts = self._parts() if local else [[i] for i in range(len(self.prompts))]
+        for part in parts:
             if cancel.is_set():
                 break
             try:
-                yield from self._prompt(ev, i, enc, plans, cancel)
+                if local:
+                    yield from self._decode(ev, part, cancel)
+                else:
+                    yield from self._prompt_by_requests(ev, part[0], cancel)
             except JudgeError as err:
                 ev.stats["seconds"] = time.perf_counter() - started
                 err.evaluation = ev
                 raise
+        order = {
+            (n, m): k for k, (n, m) in enumerate((n, m) for n in self.x1 for m in self.strengths)
+        }
+        ev.rows.sort(key=lambda r: (r.prompt_index, order[r.steering, r.strength]))
         ev.cancelled = cancel.is_set() and len(ev.rows) < ev.total
         ev.complete = not ev.cancelled
         ev.stats.update(seconds=time.perf_counter() - started)
         yield ev
 
-    def _prompt(self, ev: Evaluation, i: int, enc, plans: dict, cancel) -> Iterator[Evaluation]:
-        decoder = self.engine.decoder
-        if not decoder.local:  # no in-process decode loop
-            yield from self._prompt_by_requests(ev, i, cancel)
-            return
-        sampling = Sampling(**self.sampling)
-        default = decoder.cached_default(enc.ids, sampling)
-        rows: list[Row] = [] if default else [next(iter(plans.values())).rows[0]]
-        owners: list[tuple[str, float]] = []  # per steered row: (steering, ladder multiplier)
-        for name, plan in plans.items():
-            for m, planned in zip(self.strengths, plan.outputs[1:], strict=True):
-                owners.append((name, m))
-                rows += [planned.row, Row(follow=len(rows))]
-        first = 0 if default else 1
+    def _parts(self) -> list[list[int]]:
+        """The prompts in consecutive groups whose rows fit one batch (``MAX_ROWS``)."""
+        per_prompt = 1 + 2 * len(self.x1) * len(self.strengths)  # DEFAULT, rows and shadows
+        size = max(1, MAX_ROWS // per_prompt)
+        return [
+            list(range(i, min(i + size, len(self.prompts))))
+            for i in range(0, len(self.prompts), size)
+        ]
+
+    def _decode(self, ev: Evaluation, prompts: list[int], cancel) -> Iterator[Evaluation]:
+        """The rows of ``prompts`` as one ragged batch, each scored as soon as it finishes
+        (and its prompt's DEFAULT has)."""
+        decoder, sampling = self.engine.decoder, Sampling(**self.sampling)
+        rows: list[Row] = []
+        tracks = [
+            _Track.plan(i, *self.plans[i], self.strengths, sampling, decoder, rows) for i in prompts
+        ]
         got = Transcript(len(rows))
-        finished = [False] * len(rows)
-        pending = set(range(len(owners)))
         shown = time.perf_counter()
-        for step in decoder.rows(enc.ids, rows, sampling, cancel):
+        for step in decoder.rows(None, rows, None, cancel):
             got.add(step)
-            finished = list(step.done)
+            ended = [
+                d or len(ids) >= sampling.n_completion_tokens
+                for d, ids in zip(step.done, got.ids, strict=True)
+            ]
             if time.perf_counter() - shown >= PARTIAL_EVERY_S:
                 ev.running = {
-                    (*owners[k], i): decoder.tokenizer.decode(got.ids[first + 2 * k])
-                    for k in pending
+                    (name, m, t.i): decoder.tokenizer.decode(got.ids[r])
+                    for t in tracks
+                    for name, m, r in t.pending
                 }
                 shown = time.perf_counter()
                 yield ev
-            if default is None and finished[0]:
-                default = self._default(i, decoder.completion(got.ids[0], "eos", got.probs[0]))
-            ready = [k for k in pending if finished[first + 2 * k]] if default else []
-            if ready:
-                self._finish(ev, i, default, owners, ready, got, first, "eos")
-                pending -= set(ready)
+            if any([self._advance(ev, t, got, ended) for t in tracks]):
                 yield ev
         ev.running = {}
-        if cancel.is_set():
-            return
-        if default is None:
-            default = self._default(i, decoder.completion(got.ids[0], "length", got.probs[0]))
-        if pending:
-            self._finish(ev, i, default, owners, sorted(pending), got, first, "length")
-            yield ev
+
+    def _advance(self, ev: Evaluation, track: _Track, got: Transcript, ended: list[bool]) -> bool:
+        """Score ``track``'s rows that have ended; whether any were."""
+        decoder = self.engine.decoder
+        if track.default is None and ended[track.default_row]:
+            ids, probs = got.ids[track.default_row], got.probs[track.default_row]
+            track.default = self._default(
+                track.i, decoder.completion(ids, decoder.stop_of(ids, "length"), probs)
+            )
+        ready = [p for p in track.pending if ended[p[2]]] if track.default else []
+        if ready:
+            self._finish(ev, track.i, track.default, ready, got)
+            track.pending = [p for p in track.pending if p not in ready]
+        return bool(ready)
 
     def _prompt_by_requests(self, ev: Evaluation, i: int, cancel) -> Iterator[Evaluation]:
         """One prompt on an engine that decodes elsewhere (``Engine.remote``): each steering's
@@ -212,18 +229,41 @@ class Evaluator:
         self.engine.decoder.remember_default(enc.ids, Sampling(**self.sampling), completion)
         return completion
 
-    def _finish(self, ev, i, default, owners, ready, got: Transcript, first, stop) -> None:
-        """Score finished rows ``ready`` (indices into ``owners``) and add them to ``ev``."""
+    def _finish(self, ev, i, default, ready, got: Transcript) -> None:
+        """Score finished rows ``ready`` (steering, multiplier, row) and add them to ``ev``."""
         if i not in ev.defaults:
             self._reference(ev, i, default, _mean_nll(p.logprob for p in default.token_probs or ()))
-        for k in sorted(ready):
-            name, m = owners[k]
+        decoder = self.engine.decoder
+        for name, m, r in ready:
             ev.running.pop((name, m, i), None)
-            r = first + 2 * k
-            decoder = self.engine.decoder
-            completion = decoder.completion(got.ids[r], decoder.stop_of(got.ids[r], stop))
+            completion = decoder.completion(got.ids[r], decoder.stop_of(got.ids[r], "length"))
             nll = _mean_nll(p.logprob for p in got.probs[r + 1])  # its shadow row's scores
             ev.rows.append(self._row(ev, i, name, m, completion, nll))
+
+
+class _Track:
+    """One prompt's rows in a batch: its DEFAULT (row, or from the cache) and each steered
+    row ``(steering, multiplier, row)`` not yet scored (its shadow row is the next one)."""
+
+    def __init__(self, i: int, default, default_row: int | None, pending: list) -> None:
+        self.i, self.default, self.default_row, self.pending = i, default, default_row, pending
+
+    @classmethod
+    def plan(cls, i, enc, plans: dict, strengths, sampling, decoder, rows: list[Row]) -> _Track:
+        """Append prompt ``i``'s rows to ``rows`` (DEFAULT unless cached, then per steering and
+        strength the steered row and its shadow) and track them."""
+        own = {"prompt_ids": tuple(enc.ids), "sampling": sampling}
+        default = decoder.cached_default(enc.ids, sampling)
+        default_row = None
+        if default is None:
+            default_row = len(rows)
+            rows.append(replace(next(iter(plans.values())).rows[0], **own))
+        pending = []
+        for name, plan in plans.items():
+            for m, planned in zip(strengths, plan.outputs[1:], strict=True):
+                pending.append((name, m, len(rows)))
+                rows += [replace(planned.row, **own), Row(follow=len(rows), **own)]
+        return cls(i, default, default_row, pending)
 
 
 def _mean_nll(logprobs) -> float:

@@ -42,7 +42,7 @@ from ..runtime.model import DEFAULT_MODEL, LoadedModel, default_model_dir
 from ..runtime.tokens import EncodedPrompt, Tokenizer
 from ..sae.store import DEFAULT_BUDGET
 from ..steering.requests import Direction, Plan, SteerRequest, resolve_directions, unsteered
-from ..steering.results import Completion, Frame, SteerResult, as_request, ordered
+from ..steering.results import Completion, Frame, SteerResult, ordered
 from .client import TOKEN_ENV, RemoteClient, decode_tensor, encode_tensor
 
 # TransformerLens hook kind -> the server's canonical point name (same tensor, checked in tests).
@@ -335,14 +335,13 @@ class RemoteEngine(Engine, kind="remote"):
             streams.close()
         return list(self._finals(streams, "cancelled").values())
 
-    def steer_batch(self, requests: Mapping[str, SteerRequest]) -> dict[str, SteerResult]:
-        """Each request on its own (every output is a solo request here anyway)."""
-        if not isinstance(requests, Mapping) or not requests:
-            raise RequestError("requests", "must be a non-empty mapping of name to request")
-        reqs = {name: as_request(r) for name, r in requests.items()}
-        for request in reqs.values():
-            self.plan(request)  # all validated before any request goes out
-        return {name: self.steer(request) for name, request in reqs.items()}
+    def steer_batch(
+        self, requests: Mapping[str, SteerRequest], cancel: threading.Event | None = None
+    ) -> dict[str, SteerResult]:
+        """Each request on its own (every output is a solo request here anyway), on any
+        prompts and sampling; all are validated, a bad one named by its key, first."""
+        reqs, _ = self._batch_plans(requests)
+        return {name: self.steer(request, cancel) for name, request in reqs.items()}
 
     def token_logprobs(self, prompt, completion) -> Tensor:
         """Log-probabilities of the completion's tokens, from the server's logits."""

@@ -6,7 +6,8 @@ and the activation code are typed against ``Runtime`` so either can sit behind t
 
 Hook points use TransformerLens names, ``blocks.{L}.{kind}`` for ``kind`` in ``HOOK_KINDS``.
 A hook is ``fn(x, start) -> Tensor | None`` where ``start`` is the sequence position of
-``x[:, 0]`` (so position-dependent steering works with a KV cache); returning ``None``
+``x[:, 0]`` (so position-dependent steering works with a KV cache), or in a ragged decode
+step (rows at positions of their own) a tuple of each row's position; returning ``None``
 leaves ``x`` unchanged.
 """
 
@@ -18,7 +19,8 @@ from typing import Protocol
 import torch
 from torch import Tensor
 
-Hook = Callable[[Tensor, int], "Tensor | None"]
+Start = int | tuple[int, ...]  # the position of x[:, 0]; per row in a ragged step
+Hook = Callable[[Tensor, Start], "Tensor | None"]
 HOOK_KINDS = (
     "hook_resid_pre",
     "attn.hook_z",
@@ -48,14 +50,33 @@ class RuntimeConfig(Protocol):
 
 class Cache(Protocol):
     """A KV cache for several rows. ``view(row)`` is one row's cache (prefill writes through
-    it); ``length`` counts the positions filled, the same for every row."""
+    it); ``lengths`` counts the positions filled in each row, ``length`` where they agree."""
 
     length: int
+    lengths: list[int]
 
     @property
     def capacity(self) -> int: ...
 
     def view(self, row: int) -> Cache: ...
+
+
+class RowLengths:
+    """``length`` over a cache's per-row ``lengths``: the one number where the rows agree
+    (every row of one prompt), an error where they do not (a ragged batch)."""
+
+    lengths: list[int]
+
+    @property
+    def length(self) -> int:
+        """Positions filled where every row has the same number (a ragged cache has none)."""
+        if any(n != self.lengths[0] for n in self.lengths):
+            raise ValueError(f"the rows hold different lengths ({self.lengths}): read lengths")
+        return self.lengths[0]
+
+    @length.setter
+    def length(self, n: int) -> None:
+        self.lengths = [n] * len(self.lengths)
 
 
 class Runtime(Protocol):
@@ -68,6 +89,9 @@ class Runtime(Protocol):
     # whether ``forward`` takes ``start_at_layer`` and ``resid`` (a prefill that continues
     # from another row's identical first blocks; ``generation`` shares them where it can)
     resumes: bool
+    # whether ``forward`` takes ``rows``: cache rows at positions of their own, one token
+    # each (a ragged batch of different prompts); otherwise rows decode one prompt at a time
+    ragged: bool
     unembed_weight: Tensor  # [vocab, d_model]
 
     @property

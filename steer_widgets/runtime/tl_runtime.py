@@ -11,13 +11,13 @@ sweep row at position 1 differed from its solo run at position 0 in the sixth de
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-from .protocol import HOOK_KINDS
+from .protocol import HOOK_KINDS, RowLengths
 
 
 @dataclass(frozen=True)
@@ -28,8 +28,9 @@ class RuntimeConfig:
     max_context: int
 
 
-class RowCaches:
-    """One TransformerLens cache per row: each row prefills and decodes alone."""
+class RowCaches(RowLengths):
+    """One TransformerLens cache per row: each row prefills and decodes alone, at its own
+    position (``lengths``), so rows of different prompts decode side by side."""
 
     def __init__(self, model, rows: int, length: int) -> None:
         from transformer_lens import TransformerLensKeyValueCache
@@ -37,7 +38,7 @@ class RowCaches:
         self.capacity = length
         make = TransformerLensKeyValueCache.init_cache
         self.per_row = [make(model.cfg, model.cfg.device, 1) for _ in range(rows)]
-        self.length = 0
+        self.lengths = [0] * rows
 
     def view(self, row: int) -> _RowView:
         return _RowView(self, row)
@@ -58,6 +59,7 @@ class TransformerLensRuntime:
     """Wraps a ``HookedTransformer`` (loaded unprocessed: the raw hook values SAEs train on)."""
 
     resumes = False  # every prefill runs from the embedding
+    ragged = True  # each row decodes on its own cache, at its own position
 
     def __init__(self, model) -> None:
         self.tl = model.eval()
@@ -94,30 +96,36 @@ class TransformerLensRuntime:
         hooks: Mapping | None = None,
         stop_at_layer: int | None = None,
         last_only: bool = False,
+        rows: Sequence[int] | None = None,
     ) -> Tensor:
         """Same contract as ``Runtime.forward``; a decode step on ``RowCaches`` runs each row
-        alone on its own cache."""
-        start = cache.length if cache is not None else 0
+        alone on its own cache (``rows``: which, each at its own position)."""
         kwargs = {"stop_at_layer": stop_at_layer} if stop_at_layer is not None else {}
         if isinstance(cache, RowCaches):
-            out = self._decode_rows(tokens, cache, hooks or {}, start, kwargs)
-        else:
-            if isinstance(cache, _RowView):
-                kwargs["past_kv_cache"] = cache.caches.per_row[cache.row]
-            fwd_hooks = [(n, _adapt(fn, start)) for n, fn in (hooks or {}).items()]
-            out = self._run(tokens, fwd_hooks, kwargs)
+            rows = range(len(cache.per_row)) if rows is None else rows
+            out = self._decode_rows(tokens, cache, hooks or {}, list(rows), kwargs)
+            return out[:, -1:] if last_only and stop_at_layer is None else out
+        start = cache.length if cache is not None else 0
+        if isinstance(cache, _RowView):
+            kwargs["past_kv_cache"] = cache.caches.per_row[cache.row]
+        fwd_hooks = [(n, _adapt(fn, start)) for n, fn in (hooks or {}).items()]
+        out = self._run(tokens, fwd_hooks, kwargs)
         if cache is not None:
             cache.length = start + tokens.shape[1]
         return out[:, -1:] if last_only and stop_at_layer is None else out
 
-    def _decode_rows(self, tokens, cache: RowCaches, hooks: Mapping, start: int, kwargs: dict):
+    def _decode_rows(self, tokens, cache: RowCaches, hooks: Mapping, rows: list, kwargs: dict):
         """One decode step, row by row; each row's hooks see it where the batched hooks expect
-        it (row ``r`` of ``rows``), so the engine's hooks need not know."""
-        rows, outs = tokens.shape[0], []
-        for r in range(rows):
-            fwd = [(n, _adapt(_one_row(fn, r, rows), start)) for n, fn in hooks.items()]
+        it (row ``b`` of the batch), so the engine's hooks need not know. Rows at different
+        positions give the hooks a tuple of positions, as the fast runtime's ragged steps do."""
+        starts = tuple(cache.lengths[r] for r in rows)
+        start = starts[0] if len(set(starts)) == 1 else starts
+        outs = []
+        for b, r in enumerate(rows):
+            fwd = [(n, _adapt(_one_row(fn, b, len(rows)), start)) for n, fn in hooks.items()]
             row_kwargs = {**kwargs, "past_kv_cache": cache.per_row[r]}
-            outs.append(self._run(tokens[r : r + 1], fwd, row_kwargs))
+            outs.append(self._run(tokens[b : b + 1], fwd, row_kwargs))
+            cache.lengths[r] += tokens.shape[1]
         return torch.cat(outs)
 
     def _run(self, tokens: Tensor, fwd_hooks: list, kwargs: dict) -> Tensor:

@@ -36,7 +36,7 @@ from torch import Tensor
 from . import native
 from .config import ACTIVATIONS, ROPE_TABLE, Rope, TransformerConfig
 from .linear import DEFAULT_KERNEL, Linear
-from .protocol import HOOK_KINDS, Hook
+from .protocol import HOOK_KINDS, Hook, RowLengths
 from .quant import QuantLinear, QuantWeight
 
 # ---------------------------------------------------------------------------- weights
@@ -160,15 +160,16 @@ def place_layers(device: str | Sequence[str], n_layers: int) -> list[torch.devic
     return [devices[i * len(devices) // n_layers] for i in range(n_layers)]
 
 
-class KVCache:
+class KVCache(RowLengths):
     """Preallocated keys and values for a fixed number of rows, one tensor per layer on that
-    layer's device; rows never change shape."""
+    layer's device; rows never change shape. Each row has its own length (``lengths``): rows
+    of different prompts decode side by side, each at its own position (a ragged batch)."""
 
     def __init__(self, cfg: TransformerConfig, rows: int, length: int, devices, dtype) -> None:
         shape = (rows, cfg.n_kv_heads, length, cfg.d_head)
         self.k = [torch.zeros(shape, device=d, dtype=dtype) for d in devices]
         self.v = [torch.zeros(shape, device=d, dtype=dtype) for d in devices]
-        self.length = 0  # positions filled, the same for every row
+        self.lengths = [0] * rows  # positions filled, per row
 
     @property
     def capacity(self) -> int:
@@ -185,8 +186,24 @@ class KVCache:
         part = KVCache.__new__(KVCache)
         part.k = [k[row : row + 1] for k in self.k]
         part.v = [v[row : row + 1] for v in self.v]
-        part.length = 0
+        part.lengths = [0]
         return part
+
+
+@dataclass(frozen=True)
+class Ragged:
+    """A decode step whose rows sit at positions of their own: batch row ``b`` continues cache
+    row ``rows[b]`` at position ``positions[b]`` (one token each)."""
+
+    rows: tuple[int, ...]
+    positions: tuple[int, ...]
+
+    def tensors(self, device) -> tuple[Tensor, Tensor]:
+        """``rows`` and ``positions`` as int64 tensors on ``device``."""
+        return (
+            torch.tensor(self.rows, dtype=torch.long, device=device),
+            torch.tensor(self.positions, dtype=torch.long, device=device),
+        )
 
 
 # ---------------------------------------------------------------------------- the model
@@ -379,6 +396,7 @@ class Transformer:
         return KVCache(self.cfg, rows, length, self.layer_devices, self.dtype)
 
     resumes = True  # forward can continue from a residual (runtime.Runtime.resumes)
+    ragged = True  # forward takes rows at positions of their own (runtime.Runtime.ragged)
 
     @torch.inference_mode()
     def forward(
@@ -390,9 +408,16 @@ class Transformer:
         last_only: bool = False,
         start_at_layer: int = 0,
         resid: Tensor | None = None,
+        rows: Sequence[int] | None = None,
     ) -> Tensor:
         """Run ``tokens`` [B, T]; return logits [B, T, V], or the residual after block
         ``stop_at_layer - 1`` when stopping early (activations need no unembedding).
+
+        ``rows``: the cache rows that ``tokens`` continue, in order (all of them by default).
+        Where those rows hold different lengths, or are not all the cache's rows, the step is
+        ragged: one token a row, each at its own position, with rotary, the cache write and
+        attention per row (``Ragged``), so every row is what it would be decoded alone; hooks
+        then get a tuple of positions, one per row, as ``start``.
 
         With a cache, ``tokens`` continue the cached positions and the cache is extended.
         ``last_only`` unembeds the last position only (what decoding needs). With
@@ -404,16 +429,24 @@ class Transformer:
         the kernels split their work over a pool of their own, and an OpenMP team spinning
         on the same cores made a 42-token prefill 1.4x slower (2026-12-02).
         """
-        args = (tokens, cache, hooks, stop_at_layer, last_only, start_at_layer, resid)
+        args = (tokens, cache, hooks, stop_at_layer, last_only, start_at_layer, resid, rows)
         if not self._native_ops:
             return self._forward(*args)
         with native.one_openmp_thread():
             return self._forward(*args)
 
-    def _forward(self, tokens, cache, hooks, stop_at_layer, last_only, start_at_layer, resid):
+    def _forward(
+        self, tokens, cache, hooks, stop_at_layer, last_only, start_at_layer, resid, rows=None
+    ):
         cfg, hooks = self.cfg, hooks or {}
-        start, t = (cache.length if cache is not None else 0), tokens.shape[1]
-        if start + t > (cache.capacity if cache else cfg.max_context):
+        t = tokens.shape[1]
+        start = _start(cache, rows, tokens.shape[0], t)
+        if isinstance(start, Ragged):
+            if start_at_layer or stop_at_layer is not None:
+                raise ValueError("a ragged step runs every block, from the embedding")
+            if max(start.positions) + 1 > cache.capacity:
+                raise ValueError("sequence longer than the cache")
+        elif start + t > (cache.capacity if cache else cfg.max_context):
             raise ValueError("sequence longer than the cache or the model's context")
         if start_at_layer:
             if resid is None or resid.shape[:2] != tokens.shape:
@@ -428,7 +461,10 @@ class Transformer:
             if x.device != self.layer_devices[i]:
                 x = x.to(self.layer_devices[i])
             x = self._block(i, x, start, cache, hooks, rotary[i])
-        if cache is not None:
+        if isinstance(start, Ragged):
+            for r in start.rows:
+                cache.lengths[r] += 1
+        elif cache is not None:
             cache.length = start + t
         if stop_at_layer is not None:
             return x
@@ -440,14 +476,16 @@ class Transformer:
             logits = torch.tanh(logits / cfg.final_softcap) * cfg.final_softcap
         return logits
 
-    def _embed(self, tokens: Tensor, start: int) -> Tensor:
+    def _embed(self, tokens: Tensor, start: int | Ragged) -> Tensor:
         if isinstance(self.embed, QuantLinear):
             x = self.embed.rows(tokens)
         else:
             x = F.embedding(tokens, self.embed)
         if self._embed_scale is not None:
             x = x * self._embed_scale
-        if self.pos_embed is not None:
+        if self.pos_embed is not None and isinstance(start, Ragged):
+            x = x + self.pos_embed[list(start.positions)][:, None]
+        elif self.pos_embed is not None:
             x = x + self.pos_embed[start : start + tokens.shape[1]]
         return x
 
@@ -466,10 +504,11 @@ class Transformer:
             return h if x.dtype == torch.float32 else h.to(x.dtype)
         return weight * (h if x.dtype == torch.float32 else h.to(x.dtype))
 
-    def _rotary(self, start: int, t: int) -> list[tuple[Tensor, Tensor] | None]:
+    def _rotary(self, start: int | Ragged, t: int) -> list[tuple[Tensor, Tensor] | None]:
         """Per layer, cos and signed sin at positions ``start..start+T``, sliced once per forward
         pass for all layers sharing a rotary and a device: [T, rotary dims] for the native op,
-        [T, 1, rotary dims] (broadcast over heads) for the torch ops."""
+        [T, 1, rotary dims] (broadcast over heads) for the torch ops; in a ragged step each
+        row's own position, [B, 1, rotary dims] and [B, 1, 1, rotary dims]."""
         if not self.cfg.ropes:
             return [None] * self.cfg.n_layers
         shared: dict = {}
@@ -477,11 +516,21 @@ class Transformer:
         for rope, dev in zip(self.cfg.ropes, self.layer_devices, strict=True):
             key = (id(rope), dev)
             if key not in shared:
-                cos, sin = self._rope_tables(rope, dev, start + t)
-                cos, sin = cos[start : start + t], sin[start : start + t]
-                shared[key] = (cos, sin) if self._native_ops else (cos[:, None], sin[:, None])
+                shared[key] = self._rotary_at(rope, dev, start, t)
             out.append(shared[key])
         return out
+
+    def _rotary_at(self, rope: Rope, dev, start: int | Ragged, t: int) -> tuple[Tensor, Tensor]:
+        if isinstance(start, Ragged):
+            cos, sin = self._rope_tables(rope, dev, max(start.positions) + 1)
+            at = list(start.positions)
+            cos, sin = cos[at][:, None], sin[at][:, None]
+        else:
+            cos, sin = self._rope_tables(rope, dev, start + t)
+            cos, sin = cos[start : start + t], sin[start : start + t]
+        if self._native_ops:
+            return cos, sin
+        return cos.unsqueeze(-2), sin.unsqueeze(-2)
 
     def _rope_tables(self, rope: Rope, device, length: int) -> tuple[Tensor, Tensor]:
         """cos and signed sin for positions [0, n) with n >= length: the whole context when
@@ -518,7 +567,7 @@ class Transformer:
             return fn(*xs)
         return torch.cat([fn(*(x[i : i + g] for x in xs)) for i in range(0, b, g)])
 
-    def _block(self, i: int, x: Tensor, start: int, cache, hooks, rotary) -> Tensor:
+    def _block(self, i: int, x: Tensor, start: int | Ragged, cache, hooks, rotary) -> Tensor:
         layer, p = self.layers[i], f"blocks.{i}."
         x = _run(hooks, p + "hook_resid_pre", x, start)
         attn_out = self._attention(i, self._norm(x, layer.attn_norm), start, cache, hooks, rotary)
@@ -543,7 +592,7 @@ class Transformer:
         out = self._mm(h, layer.w_down)
         return out if layer.post_mlp_norm is None else self._norm(out, layer.post_mlp_norm)
 
-    def _attention(self, i: int, x: Tensor, start: int, cache, hooks, rotary) -> Tensor:
+    def _attention(self, i: int, x: Tensor, start: int | Ragged, cache, hooks, rotary) -> Tensor:
         cfg, layer = self.cfg, self.layers[i]
         b, t, _ = x.shape
         nh, nkv = cfg.n_heads, cfg.n_kv_heads
@@ -561,16 +610,36 @@ class Transformer:
         else:
             qkv = qkv.transpose(1, 2)
             q, k, v = qkv[:, :nh], qkv[:, nh : nh + nkv], qkv[:, nh + nkv :]
-        if cache is not None:
-            cache.k[i][:, :, start : start + t] = k
-            cache.v[i][:, :, start : start + t] = v
-            k, v = cache.k[i][:, :, : start + t], cache.v[i][:, :, : start + t]
         window = cfg.windows[i] if cfg.windows else None
-        z = self._chunked(
-            "attention", lambda q, k, v: self._attend(q, k, v, start, window), q, k, v
-        )
+        if isinstance(start, Ragged):
+            z = self._ragged_attention(i, q, k, v, cache, start, window)
+        else:
+            if cache is not None:
+                cache.k[i][:, :, start : start + t] = k
+                cache.v[i][:, :, start : start + t] = v
+                k, v = cache.k[i][:, :, : start + t], cache.v[i][:, :, : start + t]
+            z = self._chunked(
+                "attention", lambda q, k, v: self._attend(q, k, v, start, window), q, k, v
+            )
         z = _run(hooks, f"blocks.{i}.attn.hook_z", z.transpose(1, 2), start)  # [B, T, H, d_head]
         return self._mm(z.reshape(b, t, -1), layer.wo)
+
+    def _ragged_attention(self, i: int, q, k, v, cache, step: Ragged, window) -> Tensor:
+        """A ragged step's attention: each row's key and value written at its own position of
+        its cache row, then each row attends its own keys (the native kernel reads every row
+        alone; elsewhere one row at a time), exactly as that row decoded alone."""
+        cache_k, cache_v = cache.k[i], cache.v[i]
+        rows, positions = step.tensors(cache_k.device)
+        cache_k[rows, :, positions] = k[:, :, 0]
+        cache_v[rows, :, positions] = v[:, :, 0]
+        if self.cfg.attn_softcap is None and self._native_attention:
+            ragged = native.op("ragged_attention")
+            return ragged(q, cache_k, cache_v, self._attn_scale, rows, positions, window or 0)
+        parts = []
+        for b, (r, p) in enumerate(zip(step.rows, step.positions, strict=True)):
+            k_r, v_r = cache_k[r : r + 1, :, : p + 1], cache_v[r : r + 1, :, : p + 1]
+            parts.append(self._attend(q[b : b + 1], k_r, v_r, p, window))
+        return torch.cat(parts)
 
     def _rotate(self, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
         return self._rotary_op(x, cos, sin) if self._native_ops else _rotate(x, cos, sin)
@@ -641,11 +710,25 @@ def _softcapped_attention(q, k, v, mask, causal: bool, scale: float | None, cap:
     return torch.matmul(weights, v).reshape(b, nh, t, d)
 
 
-def _run(hooks: Mapping[str, Hook], name: str, x: Tensor, start: int) -> Tensor:
+def _start(cache, rows: Sequence[int] | None, batch: int, t: int) -> int | Ragged:
+    """Where ``tokens`` [batch, t] start: one position for every row, or a ``Ragged`` step."""
+    if cache is None:
+        return 0
+    lengths = cache.lengths
+    everyone = rows is None or list(rows) == list(range(len(lengths)))
+    if everyone and all(n == lengths[0] for n in lengths):
+        return lengths[0]
+    rows = range(len(lengths)) if rows is None else rows
+    if t != 1 or len(rows) != batch:
+        raise ValueError("a ragged step takes one token for each of its rows")
+    return Ragged(tuple(rows), tuple(lengths[r] for r in rows))
+
+
+def _run(hooks: Mapping[str, Hook], name: str, x: Tensor, start: int | Ragged) -> Tensor:
     fn = hooks.get(name)
     if fn is None:
         return x
-    out = fn(x, start)
+    out = fn(x, start.positions if isinstance(start, Ragged) else start)
     if out is None:
         return x
     # a hook may compute in float32 (steering vectors are float32): keep the model's dtype

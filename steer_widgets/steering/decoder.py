@@ -22,6 +22,7 @@ from .generation import Row, Sampling, Step, TokenProb, decode
 from .results import Completion
 
 DEFAULT_CACHE_SIZE = 32  # DEFAULT completions kept, by (prompt ids, sampling)
+_END = object()  # the decode loop has no more steps
 
 
 class Transcript:
@@ -67,24 +68,28 @@ class Decoder:
 
     def rows(
         self,
-        prompt_ids: Sequence[int],
+        prompt_ids: Sequence[int] | None,
         rows: list[Row],
-        sampling: Sampling,
+        sampling: Sampling | None,
         cancel: threading.Event | None = None,
     ) -> Iterator[Step]:
         """The decode loop's steps, each computed under ``lock``; ``cancel`` (or
-        ``cancel_all``) stops it within one step. Decodes on several threads take turns
-        step by step, each row still exactly its solo run (rows never depend on the batch)."""
+        ``cancel_all``) stops it within one step. ``prompt_ids`` and ``sampling`` are the
+        defaults of rows without their own (rows on different prompts decode as one ragged
+        batch). Decodes on several threads take turns step by step, and each row's prefill
+        is a turn of its own, so a large batch starting never holds a live run back for
+        longer than one row's prompt. Each row is still exactly its solo run."""
         cancel = cancel or threading.Event()
-        steps = decode(self.runtime, prompt_ids, rows, sampling, self.stop_ids, cancel)
+        steps = decode(self.runtime, prompt_ids, rows, sampling, self.stop_ids, cancel, pauses=True)
         with self.running(cancel):
             try:
                 while True:
                     with self.lock:  # not held while the caller looks at a step
-                        step = next(steps, None)
-                    if step is None:
+                        step = next(steps, _END)
+                    if step is _END:
                         return
-                    yield step
+                    if step is not None:  # None: a prefill's turn ended
+                        yield step
             finally:
                 steps.close()  # drops the decode's queued noise now, not at garbage collection
 
@@ -100,16 +105,24 @@ class Decoder:
                 self._active.discard(cancel)
 
     def decode_all(
-        self, prompt_ids: Sequence[int], rows: list[Row], sampling: Sampling
+        self,
+        prompt_ids: Sequence[int] | None,
+        rows: list[Row],
+        sampling: Sampling | None,
+        cancel: threading.Event | None = None,
     ) -> list[Completion]:
-        """Decode ``rows`` of one prompt to the end in one batch (no streaming, no cache)."""
+        """Decode ``rows`` to the end in one batch (no streaming, no cache); rows with their
+        own prompts and sampling make a ragged batch. A cancelled row stops "cancelled"."""
         transcript = Transcript(len(rows))
-        for step in self.rows(prompt_ids, rows, sampling):
+        for step in self.rows(prompt_ids, rows, sampling, cancel):
             transcript.add(step)
-        return [
-            self.completion(ids, self.stop_of(ids, "length"), probs)
-            for ids, probs in zip(transcript.ids, transcript.probs, strict=True)
-        ]
+        cancelled = cancel is not None and cancel.is_set()
+        out = []
+        for row, ids, probs in zip(rows, transcript.ids, transcript.probs, strict=True):
+            wanted = (row.sampling or sampling).n_completion_tokens
+            otherwise = "cancelled" if cancelled and len(ids) < wanted else "length"
+            out.append(self.completion(ids, self.stop_of(ids, otherwise), probs))
+        return out
 
     def stop_of(self, ids: Sequence[int], otherwise: str) -> str:
         """``"eos"`` if a row's last token is a stop token, else ``otherwise``."""

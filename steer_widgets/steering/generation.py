@@ -1,11 +1,15 @@
-"""The decode loop: several rows of one prompt decoded together, each exactly as if alone.
+"""The decode loop: several rows decoded together, each exactly as if alone.
 
-Three rules make a batched row bit-identical to the same row generated alone:
+Rows may share one prompt and sampling settings or each have their own (a ragged batch:
+different prompts, positions, seeds, temperatures and lengths). Three rules make a batched
+row bit-identical to the same row generated alone:
 1. Prefill runs one row at a time, so its shapes never depend on the batch.
 2. Decode steps run all rows together through kernels that are batch-invariant at the row
-   counts used (``linear.py``, ``invariance.py``); attention runs per row where it is not.
-3. Every row samples from its own ``torch.Generator`` seeded with the request seed, on its own
-   1-D logits, so a row's draws never depend on which other rows exist.
+   counts used (``linear.py``, ``invariance.py``); rotary, the cache write and attention run
+   per row at that row's own position (``transformer.Ragged``). A row that has finished
+   leaves the batch: the rest never depended on it.
+3. Every row samples from its own ``torch.Generator`` seeded with its seed, on its own 1-D
+   logits, so a row's draws never depend on which other rows exist.
 
 Per-row interventions (steering) are functions applied to that row's slice only.
 
@@ -21,7 +25,7 @@ import math
 import threading
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -30,7 +34,7 @@ from torch import Tensor
 from .. import checks
 from ..errors import ArgumentError, RequestError
 from ..runtime import native
-from ..runtime.protocol import Hook, Runtime, hook_layer
+from ..runtime.protocol import Hook, Runtime, Start, hook_layer
 
 RowOp = Callable[[Tensor, int], Tensor]  # (x [1, T, d] of one row, start position) -> new x
 TOP_K = 5  # alternatives recorded per generated position
@@ -119,18 +123,32 @@ class Row:
     ``follow``: an earlier row whose tokens this row is fed instead of sampling its own, so
     its ``TokenProb`` are that row's tokens scored under this row's own model (say, a
     steered text under the unsteered model: the fluency of a steering, at the cost of one
-    more row in a decode step instead of another forward over the whole text).
+    more row in a decode step instead of another forward over the whole text). It shares
+    that row's prompt and number of new tokens.
+
+    ``prompt_ids`` and ``sampling``: the row's own prompt and settings in a ragged batch
+    (``None``: the decode's).
     """
 
     ops: Mapping[str, RowOp] = field(default_factory=dict)
     seed: int | None = None
     follow: int | None = None
+    prompt_ids: tuple[int, ...] | None = None
+    sampling: Sampling | None = None
+
+    def on(self, prompt_ids: Sequence[int] | None, sampling: Sampling | None) -> Row:
+        """This row with its prompt and sampling filled in from the decode's defaults."""
+        prompt = tuple(self.prompt_ids if self.prompt_ids is not None else prompt_ids or ())
+        own = self.sampling if self.sampling is not None else sampling
+        if not prompt or own is None:
+            raise ValueError("a row needs a prompt and sampling settings (its own or the decode's)")
+        return replace(self, prompt_ids=prompt, sampling=own)
 
 
 @dataclass
 class Step:
     """Tokens produced by one decode step (and their ``TokenProb``); ``None`` for rows that
-    already finished."""
+    already finished. ``done``: the rows that have stopped at a stop token."""
 
     tokens: list[int | None]
     done: list[bool]
@@ -139,64 +157,126 @@ class Step:
 
 def decode(
     model: Runtime,
-    prompt_ids: Sequence[int],
+    prompt_ids: Sequence[int] | None,
     rows: Sequence[Row],
-    sampling: Sampling,
+    sampling: Sampling | None,
     stop_ids: frozenset[int],
     cancel: threading.Event | None = None,
-) -> Iterator[Step]:
-    """Yield one ``Step`` per generated position until every row stops or is cancelled."""
-    n_new = sampling.n_completion_tokens
-    cache = model.new_cache(len(rows), len(prompt_ids) + n_new)
-    prompt = torch.tensor([list(prompt_ids)], device=model.device)
+    pauses: bool = False,
+) -> Iterator[Step | None]:
+    """Yield one ``Step`` per generated position until every row stops or is cancelled.
+
+    ``prompt_ids`` and ``sampling`` are the defaults of rows without their own. Rows on
+    different prompts need a runtime that decodes ragged batches (``Runtime.ragged``).
+    With ``pauses``, ``None`` is yielded after each row's prefill too, so a caller that
+    takes a lock per item lets other work in between.
+    """
+    rows = [row.on(prompt_ids, sampling) for row in rows]
     _check_follows(rows)
-    hooks = _batched_hooks(rows)
-    samplers = [RowSampler(sampling, prompt_ids, model.cfg.vocab_size, row.seed) for row in rows]
-    done = [False] * len(rows)
+    prompts = _prompt_groups(rows)
+    if len(prompts) > 1 and not getattr(model, "ragged", False):
+        raise ValueError(f"{type(model).__name__} decodes the rows of one prompt at a time")
+    n_new = [row.sampling.n_completion_tokens for row in rows]
+    room = max(len(row.prompt_ids) + row.sampling.n_completion_tokens for row in rows)
+    cache = model.new_cache(len(rows), room)
+    vocab = model.cfg.vocab_size
+    samplers = [RowSampler(row.sampling, row.prompt_ids, vocab, row.seed) for row in rows]
+    ended, done, made = [False] * len(rows), [False] * len(rows), [0] * len(rows)
     try:
-        _prefetch(samplers, rows, done)  # drawn while the prompt runs
-        last = _prefill(model, prompt, rows, cache)
-        cache.length = len(prompt_ids)
-        logits = torch.stack(last).float().cpu()  # one device-to-host copy per step, not per row
-        for step in range(n_new):
+        _prefetch(samplers, rows, ended)  # drawn while the prompts run
+        last: dict[int, Tensor] = {}
+        for prompt, members in prompts.items():
+            for _ in _prefill(model, prompt, rows, members, cache, last):
+                if pauses:
+                    yield None
+        live = list(range(len(rows)))
+        logits = torch.stack([last[r] for r in live]).float().cpu()  # one copy per step
+        hooks = _HookCache(rows)
+        while True:
             if cancel is not None and cancel.is_set():
                 return
             with native.one_openmp_thread():
-                tokens, probs = _sample_step(samplers, rows, done, logits)
-            done = [d or t in stop_ids for d, t in zip(done, tokens, strict=True)]
+                tokens, probs = _sample_step(samplers, rows, live, logits)
+            for r in live:
+                made[r] += 1
+                done[r] = tokens[r] in stop_ids
+                ended[r] = done[r] or made[r] >= n_new[r]
             yield Step(tokens, list(done), probs)
-            if all(done) or step == n_new - 1 or cache.length >= cache.capacity:
+            live = [r for r in live if not ended[r]]
+            if not live:
                 return  # no forward pass for a token nobody will sample
-            _prefetch(samplers, rows, done)  # drawn while the model runs
-            feed = torch.tensor([[t if t is not None else 0] for t in tokens], device=model.device)
-            logits = model.forward(feed, cache, hooks=hooks)[:, -1].float().cpu()
+            _prefetch(samplers, rows, ended)  # drawn while the model runs
+            logits = _forward_step(model, cache, hooks, live, tokens)
     finally:
         for sampler in samplers:
             sampler.close()
 
 
-def _prefetch(samplers: Sequence[RowSampler], rows: Sequence[Row], done: Sequence[bool]) -> None:
+def _forward_step(model: Runtime, cache, hooks: _HookCache, live: list[int], tokens) -> Tensor:
+    """The next logits of the ``live`` rows, fed their last tokens: only those rows where
+    the runtime takes ``rows`` (ragged), else every row (finished ones fed a 0)."""
+    if getattr(model, "ragged", False):
+        feed = torch.tensor([[tokens[r]] for r in live], device=model.device)
+        return model.forward(feed, cache, hooks=hooks.of(live), rows=live)[:, -1].float().cpu()
+    everyone = list(range(len(cache.lengths)))
+    feed = [[tokens[r] if r in live else 0] for r in everyone]
+    feed_t = torch.tensor(feed, device=model.device)
+    logits = model.forward(feed_t, cache, hooks=hooks.of(everyone))[:, -1].float().cpu()
+    return logits[live]
+
+
+class _HookCache:
+    """The batched hooks of each set of live rows, built when the set changes (a row ends)."""
+
+    def __init__(self, rows: Sequence[Row]) -> None:
+        self.rows, self.built = rows, {}
+
+    def of(self, live: Sequence[int]) -> dict:
+        key = tuple(live)
+        if key not in self.built:
+            self.built = {key: _batched_hooks([self.rows[r] for r in live])}
+        return self.built[key]
+
+
+def _prompt_groups(rows: Sequence[Row]) -> dict[tuple[int, ...], list[int]]:
+    """The rows of each prompt, prompts in the order their first row comes."""
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for r, row in enumerate(rows):
+        groups.setdefault(row.prompt_ids, []).append(r)
+    return groups
+
+
+def _prefetch(samplers: Sequence[RowSampler], rows: Sequence[Row], ended: Sequence[bool]) -> None:
     """Queue the next draw of every row that samples its own next token."""
-    for sampler, row, finished in zip(samplers, rows, done, strict=True):
+    for sampler, row, finished in zip(samplers, rows, ended, strict=True):
         if not finished and row.follow is None:
             sampler.prefetch()
 
 
 def _sample_step(
-    samplers: Sequence[RowSampler], rows: Sequence[Row], done: Sequence[bool], logits: Tensor
+    samplers: Sequence[RowSampler], rows: Sequence[Row], live: Sequence[int], logits: Tensor
 ) -> tuple[list[int | None], list[TokenProb | None]]:
-    """Each row's token (None for finished rows; a follower copies its row's) and its
-    ``TokenProb``."""
-    tokens: list[int | None] = []
-    for r, s in enumerate(samplers):
+    """Each live row's token (a follower copies its row's) and its ``TokenProb``, from
+    ``logits`` [len(live), vocab]; ``None`` for the other rows."""
+    tokens: list[int | None] = [None] * len(rows)
+    probs: list[TokenProb | None] = [None] * len(rows)
+    for b, r in enumerate(live):
         follow = rows[r].follow
-        tokens.append(None if done[r] else s.next(logits[r]) if follow is None else tokens[follow])
-    probs = [None if t is None else token_prob(logits[r], t) for r, t in enumerate(tokens)]
+        tokens[r] = samplers[r].next(logits[b]) if follow is None else tokens[follow]
+        probs[r] = token_prob(logits[b], tokens[r])
     return tokens, probs
 
 
-def _prefill(model: Runtime, prompt: Tensor, rows: Sequence[Row], cache) -> list[Tensor]:
-    """Each row's last prompt logits, one row at a time (rule 1).
+def _prefill(
+    model: Runtime,
+    prompt: Sequence[int],
+    rows: Sequence[Row],
+    members: Sequence[int],
+    cache,
+    last: dict[int, Tensor],
+) -> Iterator[None]:
+    """The rows ``members`` of ``prompt``: each one's last prompt logits into ``last``, one
+    row at a time (rule 1), yielding after each row's forward pass.
 
     The blocks below a row's first intervention compute exactly what they compute for an
     earlier row without one there (the same tokens, one row alone). Where the runtime can
@@ -205,33 +285,33 @@ def _prefill(model: Runtime, prompt: Tensor, rows: Sequence[Row], cache) -> list
     blocks. Two rows without interventions share the whole prefill.
     """
     n_layers = model.cfg.n_layers
-    depths = [_shared_blocks(row, n_layers) for row in rows]
+    tokens = torch.tensor([list(prompt)], device=model.device)
+    depths = [_shared_blocks(rows[r], n_layers) for r in members]
     if not hasattr(cache, "copy_row"):
-        depths = [0] * len(rows)
+        depths = [0] * len(members)
     elif not getattr(model, "resumes", False):  # whole prefills only
         depths = [d if d == n_layers else 0 for d in depths]
-    sources = [_share_with(depths, r) for r in range(len(rows))]
+    sources = [_share_with(depths, i) for i in range(len(members))]
     wanted = {(q, d) for q, d in sources if 0 < d < n_layers}
-    saved: dict[tuple[int, int], Tensor] = {}  # (row, blocks) -> residual they left
-    last: list[Tensor] = []
-    for r, row in enumerate(rows):
-        q, depth = sources[r]
+    saved: dict[tuple[int, int], Tensor] = {}  # (member, blocks) -> residual they left
+    for i, r in enumerate(members):
+        q, depth = sources[i]
         if depth == n_layers:  # neither row intervenes: the same prefill
-            cache.copy_row(q, r)
-            last.append(last[q])
-            continue
-        hooks = dict(row.ops)
-        for d in sorted(d for q_, d in wanted if q_ == r):
-            name = f"blocks.{d - 1}.hook_resid_post"
-            hooks[name] = _recording(saved, (r, d), hooks.get(name))
-        if depth:
-            cache.copy_row(q, r, layers=depth)
-            resume = {"start_at_layer": depth, "resid": saved[(q, depth)]}
+            cache.copy_row(members[q], r)
+            last[r] = last[members[q]]
         else:
+            hooks = dict(rows[r].ops)
+            for d in sorted(d for q_, d in wanted if q_ == i):
+                name = f"blocks.{d - 1}.hook_resid_post"
+                hooks[name] = _recording(saved, (i, d), hooks.get(name))
             resume = {}
-        logits = model.forward(prompt, cache.view(r), hooks=hooks, last_only=True, **resume)
-        last.append(logits[0, -1])
-    return last
+            if depth:
+                cache.copy_row(members[q], r, layers=depth)
+                resume = {"start_at_layer": depth, "resid": saved[(q, depth)]}
+            out = model.forward(tokens, cache.view(r), hooks=hooks, last_only=True, **resume)
+            last[r] = out[0, -1]
+        cache.lengths[r] = len(prompt)
+        yield None
 
 
 def _shared_blocks(row: Row, n_layers: int) -> int:
@@ -274,8 +354,15 @@ def _recording(saved: dict, key: tuple[int, int], op: RowOp | None) -> Hook:
 
 def _check_follows(rows: Sequence[Row]) -> None:
     for r, row in enumerate(rows):
-        if row.follow is not None and not 0 <= row.follow < r:
+        if row.follow is None:
+            continue
+        if not 0 <= row.follow < r:
             raise ValueError(f"row {r} follows row {row.follow}: only an earlier row")
+        lead = rows[row.follow]
+        if lead.prompt_ids != row.prompt_ids or (
+            lead.sampling.n_completion_tokens != row.sampling.n_completion_tokens
+        ):
+            raise ValueError(f"row {r} follows row {row.follow}: not the same prompt and length")
 
 
 class RowSampler:
@@ -381,16 +468,17 @@ def _multinomial(probs: Tensor, noise: Tensor) -> int:
 
 
 def _batched_hooks(rows: Sequence[Row]) -> dict:
-    """One hook per hook name that applies each row's op to that row's slice only."""
+    """One hook per hook name that applies each row's op to that row's slice only, at that
+    row's position."""
     names = {name for row in rows for name in row.ops}
     hooks = {}
     for name in names:
         ops = [(r, row.ops[name]) for r, row in enumerate(rows) if name in row.ops]
 
-        def hook(x: Tensor, start: int, ops=ops) -> Tensor:
+        def hook(x: Tensor, start: Start, ops=ops) -> Tensor:
             out = x.clone()
-            for r, op in ops:
-                out[r : r + 1] = op(x[r : r + 1], start)
+            for r, op in ops:  # a ragged step gives each row's own position
+                out[r : r + 1] = op(x[r : r + 1], start if isinstance(start, int) else start[r])
             return out
 
         hooks[name] = hook

@@ -38,13 +38,13 @@ void rms_norm(const float* x, const float* wp, float* y, int64_t M, int64_t D, f
 // out = x * cos + roll(x, R/2) * sin on each head's first R dims, the rest copied. Two
 // rounded products and one rounded sum per element, as the three torch ops it replaces
 // (built with -ffp-contract=off, so no fused multiply-add), hence the same bits.
-void rotary(const float* x, const int64_t* xs, const float* cos, const float* sin, float* y,
-            int64_t B, int64_t T, int64_t H, int64_t D, int64_t R) {
+void rotary(const float* x, const int64_t* xs, const float* cos, const float* sin, int64_t cs,
+            float* y, int64_t B, int64_t T, int64_t H, int64_t D, int64_t R) {
   const int64_t half = R / 2;
   for (int64_t b = 0; b < B; ++b) {
     for (int64_t t = 0; t < T; ++t) {
-      const float* c = cos + t * R;
-      const float* s = sin + t * R;
+      const float* c = cos + b * cs + t * R;
+      const float* s = sin + b * cs + t * R;
       for (int64_t h = 0; h < H; ++h) {
         const float* xr = x + b * xs[0] + t * xs[1] + h * xs[2];
         float* yr = y + ((b * T + t) * H + h) * D;
@@ -153,19 +153,20 @@ void causal_attention(const float* qp, const float* kp, const float* vp, float* 
     std::vector<float> w(static_cast<size_t>(kQueryTile * s.L));
     for (int64_t i = i0; i < i1; ++i) {
       const int64_t t0 = (i % tiles) * kQueryTile, bh = i / tiles, b = bh / s.H, h = bh % s.H;
+      const int64_t kb = s.rows ? s.rows[b] : b, start = s.starts ? s.starts[b] : s.start;
       const int n = static_cast<int>(std::min<int64_t>(kQueryTile, s.T - t0));
       const float* q[kQueryTile];
       float* out[kQueryTile];
       int64_t lo[kQueryTile], hi[kQueryTile];
       for (int p = 0; p < n; ++p) {
         const int64_t t = t0 + p;
-        hi[p] = s.start + t + 1;  // keys up to this query's own position
+        hi[p] = start + t + 1;  // keys up to this query's own position
         lo[p] = s.window > 0 ? std::max<int64_t>(0, hi[p] - s.window) : 0;
         q[p] = qp + b * s.qs0 + h * s.qs1 + t * s.qs2;
         out[p] = yp + (bh * s.T + t) * s.D;
       }
       const int64_t g = h / group;
-      attend(q, n, kp + b * s.ks0 + g * s.ks1, s.ks2, vp + b * s.vs0 + g * s.vs1, s.vs2, lo, hi,
+      attend(q, n, kp + kb * s.ks0 + g * s.ks1, s.ks2, vp + kb * s.vs0 + g * s.vs1, s.vs2, lo, hi,
              scale, w.data(), s.L, out);
     }
   });

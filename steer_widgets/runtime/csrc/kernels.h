@@ -30,9 +30,10 @@ void quant_row(const uint8_t* packed, int64_t id, int64_t K, int64_t qtype, floa
 void rms_norm(const float* x, const float* w, float* y, int64_t M, int64_t D, float eps);
 
 // Rotary embedding: x [B, T, H, D] with strides xs (the last one 1), cos and signed sin
-// [T, R]; y [B, T, H, D] contiguous
-void rotary(const float* x, const int64_t* xs, const float* cos, const float* sin, float* y,
-            int64_t B, int64_t T, int64_t H, int64_t D, int64_t R);
+// [T, R] (cs = 0) or, for rows at their own positions, [B, T, R] (cs = T * R, row b's tables
+// at cos + b * cs); y [B, T, H, D] contiguous
+void rotary(const float* x, const int64_t* xs, const float* cos, const float* sin, int64_t cs,
+            float* y, int64_t B, int64_t T, int64_t H, int64_t D, int64_t R);
 
 constexpr int64_t kMaxHead = 256;  // the largest head causal_attention reads
 
@@ -41,10 +42,16 @@ constexpr int64_t kMaxHead = 256;  // the largest head causal_attention reads
 // to kMaxHead. Query t sits at position start + t and attends the keys up to that position
 // (and, with window > 0, the last `window` of them): each (row, head, position) is computed
 // alone in the same fixed order, so a prefill's position equals that position decoded alone.
+//
+// A ragged batch (rows of different prompts, each at its own position) sets rows and starts:
+// q's row b reads the keys and values of row rows[b] and sits at position starts[b] (in
+// place of start), so each row is exactly what it would be decoded alone.
 struct AttentionShape {
   int64_t B, H, Hkv, T, L, D;
   int64_t qs0, qs1, qs2, ks0, ks1, ks2, vs0, vs1, vs2;
   int64_t start, window;
+  const int64_t* rows = nullptr;    // [B]: the K and V row of each q row (nullptr: b itself)
+  const int64_t* starts = nullptr;  // [B]: each row's position (nullptr: start for every row)
 };
 void causal_attention(const float* q, const float* k, const float* v, float* y,
                       const AttentionShape& s, float scale, int64_t threads);

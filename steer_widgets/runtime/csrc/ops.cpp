@@ -129,22 +129,26 @@ at::Tensor rms_norm(const at::Tensor& x_in, const at::Tensor& w, double eps) {
 }
 
 // Rotary embedding of x [B, T, H, D] (fp32, each head contiguous, any other strides: the q and
-// k heads of a fused qkv are read in place) with cos and signed sin [T, R] (R <= D, even),
-// into a new contiguous tensor.
+// k heads of a fused qkv are read in place) with cos and signed sin [T, R] (R <= D, even), or
+// [B, T, R] where rows sit at positions of their own (a ragged batch), into a new contiguous
+// tensor.
 at::Tensor rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
-  TORCH_CHECK(x.dim() == 4 && cos.dim() == 2 && sin.sizes() == cos.sizes(),
-              "x must be [B, T, H, D], cos and sin [T, R]");
+  TORCH_CHECK(x.dim() == 4 && (cos.dim() == 2 || cos.dim() == 3) && sin.sizes() == cos.sizes(),
+              "x must be [B, T, H, D], cos and sin [T, R] or [B, T, R]");
   TORCH_CHECK(x.scalar_type() == at::kFloat && cos.scalar_type() == at::kFloat &&
                   sin.scalar_type() == at::kFloat,
               "float32 only");
   TORCH_CHECK(x.stride(3) == 1 && cos.is_contiguous() && sin.is_contiguous(),
               "x's heads and cos and sin must be contiguous");
-  const int64_t B = x.size(0), T = x.size(1), H = x.size(2), D = x.size(3), R = cos.size(1);
-  TORCH_CHECK(cos.size(0) == T && R <= D && R % 2 == 0, "cos and sin do not fit x");
+  const int64_t B = x.size(0), T = x.size(1), H = x.size(2), D = x.size(3);
+  const int64_t R = cos.size(-1);
+  const bool per_row = cos.dim() == 3;
+  TORCH_CHECK(cos.size(-2) == T && (!per_row || cos.size(0) == B) && R <= D && R % 2 == 0,
+              "cos and sin do not fit x");
   auto y = at::empty({B, T, H, D}, x.options());
   const int64_t strides[3] = {x.stride(0), x.stride(1), x.stride(2)};
   sw::rotary(x.data_ptr<float>(), strides, cos.data_ptr<float>(), sin.data_ptr<float>(),
-             y.data_ptr<float>(), B, T, H, D, R);
+             per_row ? T * R : 0, y.data_ptr<float>(), B, T, H, D, R);
   return y;
 }
 
@@ -189,6 +193,47 @@ at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k, const at::
   TORCH_CHECK(q.dim() == 4 && q.size(2) == 1 && k.dim() == 4 && k.size(2) > 0,
               "q must be [B, H, 1, D], k and v [B, Hkv, L, D]");
   return causal_attention(q, k, v, scale, k.size(2) - 1, 0);
+}
+
+// One decode position per row of a ragged batch: q [B, H, 1, D], row b of q at position
+// starts[b] of cache row rows[b] of k and v [N, Hkv, L, D] (starts[b] < L), attending that
+// row's keys up to its position (the last `window` where window > 0). Each row's bits are
+// those of the same row decoded alone (causal_attention with start = starts[b]).
+at::Tensor ragged_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                            double scale, const at::Tensor& rows, const at::Tensor& starts,
+                            int64_t window) {
+  TORCH_CHECK(q.dim() == 4 && q.size(2) == 1 && k.dim() == 4 && v.sizes() == k.sizes(),
+              "q must be [B, H, 1, D], k and v [N, Hkv, L, D]");
+  TORCH_CHECK(q.scalar_type() == at::kFloat && k.scalar_type() == at::kFloat &&
+                  v.scalar_type() == at::kFloat,
+              "float32 only");
+  const int64_t B = q.size(0), H = q.size(1), D = q.size(3);
+  const int64_t N = k.size(0), Hkv = k.size(1), L = k.size(2);
+  TORCH_CHECK(rows.scalar_type() == at::kLong && starts.scalar_type() == at::kLong &&
+                  rows.dim() == 1 && starts.dim() == 1 && rows.size(0) == B &&
+                  starts.size(0) == B && rows.is_contiguous() && starts.is_contiguous(),
+              "rows and starts must be contiguous int64 [B]");
+  TORCH_CHECK(k.size(3) == D && Hkv > 0 && H % Hkv == 0 && window >= 0, "k and v do not fit q");
+  TORCH_CHECK(D % sw::kBlock == 0 && D <= sw::kMaxHead,
+              "head size must be a multiple of 16, at most 256");
+  TORCH_CHECK(q.stride(3) == 1 && k.stride(3) == 1 && v.stride(3) == 1,
+              "the last dim of q, k and v must be contiguous");
+  const int64_t* row = rows.data_ptr<int64_t>();
+  const int64_t* start = starts.data_ptr<int64_t>();
+  for (int64_t b = 0; b < B; ++b)
+    TORCH_CHECK(row[b] >= 0 && row[b] < N && start[b] >= 0 && start[b] < L,
+                "row ", b, ": cache row ", row[b], " position ", start[b], " outside k");
+  auto y = at::empty({B, H, 1, D}, q.options());
+  sw::AttentionShape shape{};
+  shape.B = B, shape.H = H, shape.Hkv = Hkv, shape.T = 1, shape.L = L, shape.D = D;
+  shape.qs0 = q.stride(0), shape.qs1 = q.stride(1), shape.qs2 = q.stride(2);
+  shape.ks0 = k.stride(0), shape.ks1 = k.stride(1), shape.ks2 = k.stride(2);
+  shape.vs0 = v.stride(0), shape.vs1 = v.stride(1), shape.vs2 = v.stride(2);
+  shape.start = 0, shape.window = window, shape.rows = row, shape.starts = start;
+  sw::causal_attention(q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(),
+                       y.data_ptr<float>(), shape, static_cast<float>(scale),
+                       threads_for_kernels());
+  return y;
 }
 
 // Fills out (float32, 1-D, contiguous) with gen's next Exp(1) draws, as out.exponential_(1,
@@ -252,6 +297,9 @@ TORCH_LIBRARY(steer_widgets, m) {
         &decode_attention);
   m.def("causal_attention(Tensor q, Tensor k, Tensor v, float scale, int start, int window) -> Tensor",
         &causal_attention);
+  m.def("ragged_attention(Tensor q, Tensor k, Tensor v, float scale, Tensor rows, Tensor starts, "
+        "int window) -> Tensor",
+        &ragged_attention);
   m.def("quant_linear(Tensor x, Tensor packed, int n_out, int qtype, Tensor? bias=None) -> Tensor",
         &quant_linear);
   m.def("quant_rows(Tensor packed, Tensor ids, int K, int qtype) -> Tensor", &quant_rows);
