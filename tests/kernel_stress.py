@@ -2,7 +2,8 @@
 
 ``python tests/kernel_stress.py --threads 4 --seconds 5`` builds a fixed set of calls on the
 default model's widths (float32 and GGUF-quantized products of 1 to 13 rows and 16 to 4,096
-columns, causal attention of 1 to 9 positions over 1 to 300 keys, RMSNorm, rotary, queued sampling noise),
+columns, causal attention of 1 to 9 positions over 1 to 300 keys, ragged decode steps of 1 to 16
+cache rows at positions of their own, RMSNorm, rotary, queued sampling noise),
 computes every call's result at one thread, then repeats the calls in a random order at
 ``--threads`` for ``--seconds`` and prints one JSON line: calls and wrong results per op.
 Calls of few and of many column blocks alternate, so the pool's workers keep meeting calls
@@ -78,15 +79,38 @@ def other_calls(gen: torch.Generator, rng: random.Random) -> dict[str, Call]:
                         q, k, v, 0.125, s, w
                     )
                 )
+    calls.update(ragged_calls(gen, rng))
     for m in (1, 7):
         x, w = torch.randn(m, 576, generator=gen), torch.randn(576, generator=gen)
         calls[f"rms_norm {m}"] = lambda x=x, w=w: native.rms_norm(x, w, 1e-5)
         xr = torch.randn(m, 3, 9, 64, generator=gen)
         cos, sin = torch.randn(2, 3, 64, generator=gen)
         calls[f"rotary {m}"] = lambda x=xr, c=cos, s=sin: native.rotary(x, c, s)
+        rows_cs = torch.randn(2, m, 1, 64, generator=gen)  # a ragged step: each row's own table
+        xs = torch.randn(m, 1, 9, 64, generator=gen)
+        calls[f"rotary rows{m}"] = lambda x=xs, c=rows_cs[0], s=rows_cs[1]: native.rotary(x, c, s)
     for size in (1, 513, 49152):
         seed = rng.randrange(1 << 30)
         calls[f"noise {size}"] = lambda size=size, seed=seed: _noise(size, seed)
+    return calls
+
+
+def ragged_calls(gen: torch.Generator, rng: random.Random) -> dict[str, Call]:
+    """Ragged decode steps: some rows of a cache, in any order, each at its own position."""
+    calls: dict[str, Call] = {}
+    ragged = native.op("ragged_attention")
+    for cache_rows in (1, 3, 8, 16):
+        kv = torch.randn(2, cache_rows, 3, 320, 64, generator=gen)
+        for window in (0, 8):
+            b = rng.randint(1, cache_rows)
+            rows = torch.tensor(rng.sample(range(cache_rows), b), dtype=torch.long)
+            positions = torch.tensor([rng.randrange(300) for _ in range(b)], dtype=torch.long)
+            q = torch.randn(b, 9, 1, 64, generator=gen)
+            calls[f"ragged_attention c{cache_rows} b{b} w{window}"] = (
+                lambda q=q, kv=kv, r=rows, p=positions, w=window: ragged(
+                    q, kv[0], kv[1], 0.125, r, p, w
+                )
+            )
     return calls
 
 

@@ -38,7 +38,8 @@ def test_stress_at_every_thread_count_equals_one_thread(threads):
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     print(f"stress {threads} threads: {report['calls']} calls, {report['wrong']} wrong")
     assert report["kernel_threads"] == threads
-    ops = {"linear", "Q4_0", "Q4_1", "Q8_0", "attention", "rms_norm", "rotary", "noise"}
+    ops = {"linear", "Q4_0", "Q4_1", "Q8_0", "attention", "ragged_attention", "rms_norm", "rotary"}
+    ops |= {"noise"}
     assert ops | {"queued noise"} <= set(report["calls_by_op"]), report["calls_by_op"]
     assert report["wrong"] == 0, report
 

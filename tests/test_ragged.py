@@ -132,3 +132,78 @@ def test_a_bad_request_is_refused_by_its_key_before_anything_runs(engine, source
     with pytest.raises(sw.SteerWidgetsError, match="nope"):
         engine.steer_batch(wrong)
     assert calls == []
+
+
+class OneStartOnly:
+    """The default runtime with ``ragged`` false: a runtime whose ``forward`` takes one start
+    for every row, which the decode loop cannot use once a row has finished."""
+
+    ragged = False
+
+    def __init__(self, runtime) -> None:
+        self.runtime = runtime
+
+    def __getattr__(self, name: str):
+        return getattr(self.runtime, name)
+
+
+def test_decoding_refuses_a_runtime_without_rows_of_their_own(engine):
+    from steer_widgets.steering import generation
+
+    steps = generation.decode(
+        OneStartOnly(engine.model.runtime), [1, 2, 3], [generation.Row()],
+        generation.DEFAULT_SAMPLING, frozenset(),
+    )  # fmt: skip
+    with pytest.raises(ValueError, match="ragged"):
+        next(steps)
+
+
+def test_a_ragged_step_builds_its_row_indexes_once_per_device():
+    import torch
+
+    from steer_widgets.runtime.transformer import Ragged
+
+    step = Ragged((2, 0), (7, 3))
+    rows, positions = step.tensors(torch.device("cpu"))
+    assert rows.tolist() == [2, 0] and positions.tolist() == [7, 3]
+    again = step.tensors(torch.device("cpu"))
+    assert again[0] is rows and again[1] is positions  # one pair for every layer of the step
+    assert step == Ragged((2, 0), (7, 3))
+
+
+def test_rows_up_to_the_context_limit_equal_their_solo_runs(engine, tmp_path):
+    """A tiny random Llama with a 48-position context: a 1-token prompt beside one that fills
+    the context to its last position (prompt + new tokens = 48), greedy and sampled."""
+    import torch
+    import transformers as tf
+
+    config = tf.LlamaConfig(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=48, vocab_size=len(engine.tokenizer.hf),
+    )  # fmt: skip
+    torch.manual_seed(0)
+    tf.AutoModelForCausalLM.from_config(config, dtype=torch.float32).save_pretrained(tmp_path)
+    engine.tokenizer.hf.save_pretrained(tmp_path)
+    tiny = sw.Engine(str(tmp_path), saes=[])
+    assert tiny.model.runtime.cfg.max_context == 48
+    near = " ".join(LONG.split()[:30])
+    n_near = 48 - len(tiny.tokenizer.encode(near).ids)
+    vector = sw.Vector(torch.randn(64, generator=torch.Generator().manual_seed(1)),
+                       "blocks.1.hook_resid_pre", 3.0)  # fmt: skip
+    requests = {
+        "one": sw.SteerRequest("The", vectors=[vector], n_completion_tokens=20,
+                               temperature=1.0, seed=5),
+        "full": sw.SteerRequest(near, vectors=[vector], n_completion_tokens=n_near,
+                                temperature=0.0),
+        "full_sampled": sw.SteerRequest(near, vectors=[vector], n_completion_tokens=n_near,
+                                        temperature=0.8, freq_penalty=1.0, seed=2),
+    }  # fmt: skip
+    got = tiny.steer_batch(requests)
+    for name, request in requests.items():
+        alone = solo(tiny, request)
+        for label, completion in got[name].outputs.items():
+            assert same(completion, alone[label]), (name, label)
+    full = got["full"].outputs["STEERED"]
+    assert full.stop == "length" and len(full.token_ids) == n_near >= 4
+    with pytest.raises(sw.RequestError):  # one token past the context is refused
+        tiny.steer(requests["full"].with_(n_completion_tokens=n_near + 1))

@@ -167,9 +167,9 @@ def pack(w: Tensor) -> Tensor:
 
 def op(name: str) -> Callable[..., Tensor]:
     """The compiled op ``name`` ("rowwise_linear", "rms_norm", "rotary", "decode_attention",
-    "causal_attention", "quant_linear", "quant_rows", "openmp_threads", "noise_*"), looked up
-    once for a caller that runs it in every layer of every step; only where ``extension()``
-    is not None."""
+    "causal_attention", "ragged_attention", "quant_linear", "quant_rows", "openmp_threads",
+    "noise_*"), looked up once for a caller that runs it in every layer of every step; only
+    where ``extension()`` is not None."""
     extension()  # loads the module on first use
     return getattr(torch.ops.steer_widgets, name).default
 

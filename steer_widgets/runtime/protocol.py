@@ -90,7 +90,7 @@ class Runtime(Protocol):
     # from another row's identical first blocks; ``generation`` shares them where it can)
     resumes: bool
     # whether ``forward`` takes ``rows``: cache rows at positions of their own, one token
-    # each (a ragged batch of different prompts); otherwise rows decode one prompt at a time
+    # each (a ragged batch); ``generation.decode`` needs it, since finished rows leave the batch
     ragged: bool
     unembed_weight: Tensor  # [vocab, d_model]
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -197,13 +197,17 @@ class Ragged:
 
     rows: tuple[int, ...]
     positions: tuple[int, ...]
+    _on: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def tensors(self, device) -> tuple[Tensor, Tensor]:
-        """``rows`` and ``positions`` as int64 tensors on ``device``."""
-        return (
-            torch.tensor(self.rows, dtype=torch.long, device=device),
-            torch.tensor(self.positions, dtype=torch.long, device=device),
-        )
+        """``rows`` and ``positions`` as int64 tensors on ``device``, made once per device for
+        the whole step (every layer's attention indexes its cache with them)."""
+        if device not in self._on:
+            self._on[device] = (
+                torch.tensor(self.rows, dtype=torch.long, device=device),
+                torch.tensor(self.positions, dtype=torch.long, device=device),
+            )
+        return self._on[device]
 
 
 # ---------------------------------------------------------------------------- the model
@@ -269,6 +273,7 @@ class Transformer:
         if self._native_ops:
             self._rms_norm, self._rotary_op = native.op("rms_norm"), native.op("rotary")
             self._causal_attention = native.op("causal_attention")
+            self._ragged_attention_op = native.op("ragged_attention")
         self._native_attention = self._native_ops and native.reads_heads_of(cfg.d_head)
         self._attn_scale = cfg.attn_scale or cfg.d_head**-0.5
         self.row_groups = self.calibrate()
@@ -633,8 +638,9 @@ class Transformer:
         cache_k[rows, :, positions] = k[:, :, 0]
         cache_v[rows, :, positions] = v[:, :, 0]
         if self.cfg.attn_softcap is None and self._native_attention:
-            ragged = native.op("ragged_attention")
-            return ragged(q, cache_k, cache_v, self._attn_scale, rows, positions, window or 0)
+            return self._ragged_attention_op(
+                q, cache_k, cache_v, self._attn_scale, rows, positions, window or 0
+            )
         parts = []
         for b, (r, p) in enumerate(zip(step.rows, step.positions, strict=True)):
             k_r, v_r = cache_k[r : r + 1, :, : p + 1], cache_v[r : r + 1, :, : p + 1]

@@ -166,16 +166,16 @@ def decode(
 ) -> Iterator[Step | None]:
     """Yield one ``Step`` per generated position until every row stops or is cancelled.
 
-    ``prompt_ids`` and ``sampling`` are the defaults of rows without their own. Rows on
-    different prompts need a runtime that decodes ragged batches (``Runtime.ragged``).
+    ``prompt_ids`` and ``sampling`` are the defaults of rows without their own. The runtime
+    must decode ragged batches (``Runtime.ragged``): rows leave the batch as they finish.
     With ``pauses``, ``None`` is yielded after each row's prefill too, so a caller that
     takes a lock per item lets other work in between.
     """
     rows = [row.on(prompt_ids, sampling) for row in rows]
     _check_follows(rows)
     prompts = _prompt_groups(rows)
-    if len(prompts) > 1 and not getattr(model, "ragged", False):
-        raise ValueError(f"{type(model).__name__} decodes the rows of one prompt at a time")
+    if not getattr(model, "ragged", False):  # a finished row leaves the batch: rows= per step
+        raise ValueError(f"{type(model).__name__} does not decode rows of their own (ragged)")
     n_new = [row.sampling.n_completion_tokens for row in rows]
     room = max(len(row.prompt_ids) + row.sampling.n_completion_tokens for row in rows)
     cache = model.new_cache(len(rows), room)
@@ -213,16 +213,9 @@ def decode(
 
 
 def _forward_step(model: Runtime, cache, hooks: _HookCache, live: list[int], tokens) -> Tensor:
-    """The next logits of the ``live`` rows, fed their last tokens: only those rows where
-    the runtime takes ``rows`` (ragged), else every row (finished ones fed a 0)."""
-    if getattr(model, "ragged", False):
-        feed = torch.tensor([[tokens[r]] for r in live], device=model.device)
-        return model.forward(feed, cache, hooks=hooks.of(live), rows=live)[:, -1].float().cpu()
-    everyone = list(range(len(cache.lengths)))
-    feed = [[tokens[r] if r in live else 0] for r in everyone]
-    feed_t = torch.tensor(feed, device=model.device)
-    logits = model.forward(feed_t, cache, hooks=hooks.of(everyone))[:, -1].float().cpu()
-    return logits[live]
+    """The next logits of the ``live`` rows, each fed its last token at its own position."""
+    feed = torch.tensor([[tokens[r]] for r in live], device=model.device)
+    return model.forward(feed, cache, hooks=hooks.of(live), rows=live)[:, -1].float().cpu()
 
 
 class _HookCache:

@@ -3,10 +3,10 @@
 // -fsanitize=thread together with steer_widgets/runtime/csrc's torch-free sources.
 //
 // For each thread count it runs calls of varying shapes (float32 and quantized products,
-// decode attention) and compares each bit for bit with the same call at one thread, while a
-// second caller thread makes calls of its own (it runs them alone: one caller uses the pool
-// at a time) and noise jobs are queued for the idle workers. Noise jobs draw an
-// order-dependent sequence (each element a step of one generator), so a chunk drawn out of
+// causal attention and ragged decode steps) and compares each bit for bit with the same call
+// at one thread, while a second caller thread makes calls of its own (it runs them alone: one
+// caller uses the pool at a time) and noise jobs are queued for the idle workers. Noise jobs
+// draw an order-dependent sequence (each element a step of one generator), so a chunk drawn out of
 // order or twice shows. Prints "ok <calls>" and exits 0, or names the first mismatch and
 // exits 1; ThreadSanitizer itself reports races on stderr (and exits 66 with
 // TSAN_OPTIONS=exitcode=66).
@@ -30,11 +30,12 @@ namespace {
 
 struct Case {
   std::string name;
-  int64_t kind;  // 0 float, 1 quantized, 2 attention
+  int64_t kind;  // 0 float, 1 quantized, 2 attention (causal or ragged)
   int64_t M, K, N, qtype;
   std::vector<float> x, w, bias;
   std::vector<uint8_t> qw;
   sw::AttentionShape shape;
+  std::vector<int64_t> rows, starts;  // a ragged step: each q row's cache row and position
   std::vector<float> want;
 };
 
@@ -66,7 +67,9 @@ void run_case(const Case& c, std::vector<float>& y, int64_t threads) {
     const float* q = c.x.data();
     const float* k = c.w.data();
     const float* v = k + c.w.size() / 2;
-    sw::causal_attention(q, k, v, y.data(), c.shape, 0.125f, threads);
+    sw::AttentionShape shape = c.shape;
+    if (!c.rows.empty()) shape.rows = c.rows.data(), shape.starts = c.starts.data();
+    sw::causal_attention(q, k, v, y.data(), shape, 0.125f, threads);
   }
 }
 
@@ -110,6 +113,28 @@ std::vector<Case> build(std::mt19937& rng) {
         a.N = H * T * D;  // output floats per row
         cases.push_back(std::move(a));
       }
+    }
+  }
+  for (int64_t C : {3, 8, 16}) {  // ragged decode steps over a cache of C rows
+    for (int64_t window : {0, 16}) {
+      const int64_t H = 9, Hkv = 3, D = 64, L = 300;
+      const int64_t B = 1 + static_cast<int64_t>(rng() % C);
+      Case a{"ragged c" + std::to_string(C) + " b" + std::to_string(B) + " w" +
+                 std::to_string(window),
+             2, B, 0, 0, 0};
+      for (int64_t r = 0; r < C; ++r) a.rows.push_back(C - 1 - r);  // rows out of order
+      a.rows.resize(B);
+      for (int64_t b = 0; b < B; ++b) a.starts.push_back(static_cast<int64_t>(rng() % L));
+      sw::AttentionShape& s = a.shape;
+      s = sw::AttentionShape{};
+      s.B = B, s.H = H, s.Hkv = Hkv, s.T = 1, s.L = L, s.D = D;
+      s.qs0 = H * D, s.qs1 = D, s.qs2 = D;
+      s.ks0 = s.vs0 = Hkv * L * D, s.ks1 = s.vs1 = L * D, s.ks2 = s.vs2 = D;
+      s.start = 0, s.window = window;
+      a.x = randn(rng, B * H * D);
+      a.w = randn(rng, 2 * C * Hkv * L * D);
+      a.N = H * D;
+      cases.push_back(std::move(a));
     }
   }
   return cases;
