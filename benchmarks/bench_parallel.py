@@ -6,6 +6,11 @@ early are reported in ``min_tokens``). The four cases run interleaved, ALTERNATI
 each alternation in a rotated order, so a noisy machine disturbs them alike: the ratios come
 from each case's best time, and ``*_spread`` gives the lowest and highest ratio of single
 alternations (how far one run's figure can stray).
+
+``ratio_ragged8_vs_single``: 8 requests on 8 different prompts (chat and completion, 5 to
+about 300 prompt tokens, 24 to 64 new tokens, greedy and sampled), DEFAULT + STEERED each,
+in one ``steer_batch``, over the mean wall time of the same 8 requests run alone;
+``ragged8_identical`` says, per request, whether both outputs equal their solo runs.
 """
 
 from __future__ import annotations
@@ -60,7 +65,9 @@ def run() -> dict:
         ratios = [t / s for t, s in zip(times[case], times["default"], strict=True)]
         return [round(min(ratios), 3), round(max(ratios), 3)]
 
+    ragged = ragged8(engine, source)
     return {
+        **ragged,
         "default_s": a,
         "steered_s": b,
         "pair_s": c,
@@ -74,4 +81,61 @@ def run() -> dict:
         "identical": bool(identical),
         "min_tokens": min(lengths),
         "quantized": isinstance(engine.model.runtime.layers[0].wqkv, QuantLinear),
+    }
+
+
+LONG = " ".join(
+    f"Entry {i}: the keeper of the lighthouse logged the passing ships." for i in range(22)
+)
+
+
+def ragged_requests(source: str) -> dict:
+    """Eight requests on eight prompts of different kinds, lengths and sampling settings."""
+    import steer_widgets as sw
+    from steer_widgets.analysis.evaluator import panel
+
+    chats = [p for p in panel() if not isinstance(p, str)][:3]
+    texts = [p for p in panel() if isinstance(p, str)][:3]
+    prompts = [*chats, *texts, "Once", LONG]
+    out = {}
+    for i, prompt in enumerate(prompts):
+        out[f"r{i}"] = sw.SteerRequest(
+            prompt,
+            features=[sw.Feature(source, 11, 40.0)],
+            n_completion_tokens=(24, 40, 64)[i % 3],
+            temperature=(0.0, 0.5, 1.0)[i % 3],
+            freq_penalty=1.0 if i % 4 == 3 else 0.0,
+            seed=i,
+        )
+    return out
+
+
+def ragged8(engine, source: str) -> dict:
+    """One ragged ``steer_batch`` of 8 requests against each request alone, alternated."""
+    requests = ragged_requests(source)
+    engine.steer_batch(requests)  # warm up
+    batch_times, solo_means, solo = [], [], {}
+    for _ in range(max(2, ALTERNATIONS // 2)):
+        engine.clear_caches()
+        start = time.perf_counter()
+        together = engine.steer_batch(requests)
+        batch_times.append(time.perf_counter() - start)
+        seconds = []
+        for name, request in requests.items():
+            engine.clear_caches()
+            start = time.perf_counter()
+            solo[name] = engine.steer(request)
+            seconds.append(time.perf_counter() - start)
+        solo_means.append(sum(seconds) / len(seconds))
+    ratios = [b / s for b, s in zip(batch_times, solo_means, strict=True)]
+    prompt_tokens = [len(engine.plan(r)[0].ids) for r in requests.values()]
+    return {
+        "ragged8_s": min(batch_times),
+        "ragged8_solo_mean_s": min(solo_means),
+        "ratio_ragged8_vs_single": min(batch_times) / min(solo_means),
+        "ratio_ragged8_vs_single_spread": [round(min(ratios), 3), round(max(ratios), 3)],
+        "ragged8_prompt_tokens": [min(prompt_tokens), max(prompt_tokens)],
+        "ragged8_identical": {
+            name: together[name].outputs == solo[name].outputs for name in requests
+        },
     }

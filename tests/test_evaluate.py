@@ -187,3 +187,21 @@ def test_summary_best_plot_svg(engine, direction):
     svg = ev.svg(current=1.0)
     assert svg.startswith("<svg") and svg.count('class="sw-point"') == 3
     assert torch.isfinite(torch.tensor(table["fluency_delta"].tolist())).all()
+
+
+def test_the_first_prompt_decodes_alone_then_the_rest_together(engine, direction, monkeypatch):
+    """The first cells come after one prompt's prefill; the other prompts share a batch."""
+    prompts_per_batch = []
+    rows = type(engine.decoder).rows
+
+    def spy(self, prompt_ids, batch, sampling, cancel=None):
+        prompts_per_batch.append(len({row.prompt_ids for row in batch}))
+        return rows(self, prompt_ids, batch, sampling, cancel)
+
+    monkeypatch.setattr(type(engine.decoder), "rows", spy)
+    ev = engine.evaluate(
+        direction, PROMPTS, strengths=(0, 1), judge=["weather"], progress=False,
+        n_completion_tokens=4,
+    )  # fmt: skip
+    assert ev.complete and len(ev.rows) == 6
+    assert prompts_per_batch == [1, 2]

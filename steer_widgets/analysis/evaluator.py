@@ -133,13 +133,13 @@ class Evaluator:
         yield ev
 
     def _parts(self) -> list[list[int]]:
-        """The prompts in consecutive groups whose rows fit one batch (``MAX_ROWS``)."""
+        """The prompts in consecutive groups whose rows fit one batch (``MAX_ROWS``). The
+        first prompt decodes alone, so the first cells come after one prompt's prefill, not
+        after a whole part's."""
         per_prompt = 1 + 2 * len(self.x1) * len(self.strengths)  # DEFAULT, rows and shadows
         size = max(1, MAX_ROWS // per_prompt)
-        return [
-            list(range(i, min(i + size, len(self.prompts))))
-            for i in range(0, len(self.prompts), size)
-        ]
+        n = len(self.prompts)
+        return [[0]] + [list(range(i, min(i + size, n))) for i in range(1, n, size)]
 
     def _decode(self, ev: Evaluation, prompts: list[int], cancel) -> Iterator[Evaluation]:
         """The rows of ``prompts`` as one ragged batch, each scored as soon as it finishes
