@@ -96,7 +96,7 @@ def ragged_requests(source: str) -> dict:
 
     chats = [p for p in panel() if not isinstance(p, str)][:3]
     texts = [p for p in panel() if isinstance(p, str)][:3]
-    prompts = [*chats, *texts, "Once", LONG]
+    prompts = [*chats, *texts, "Once upon a time, in a", LONG]
     out = {}
     for i, prompt in enumerate(prompts):
         out[f"r{i}"] = sw.SteerRequest(

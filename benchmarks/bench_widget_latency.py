@@ -7,6 +7,7 @@ changes to different strengths. ``heatmap_lag_ms``: the last token shown in the 
 heatmap showing that token's value (the heatmap is computed beside the run, not after it).
 ``full_ms_final_heat_only``: ``full_ms`` with the heatmap coloured only after each run (no
 live updates while tokens stream), interleaved with the live runs: what live updates cost.
+``first_token_during_evaluation_ms``: ``first_token_ms`` while the evaluate panel decodes.
 """
 
 from __future__ import annotations
@@ -53,7 +54,9 @@ def run() -> dict:
             full.append(1000 * (run["done_at"] - t0))
             engine_first.append(1000 * (run["first_steered_at"] - run["started_at"]))
             heat_lag.append(1000 * (run["heat_at"] - run["last_token_at"]))
+    during = during_evaluation(ex)
     return {
+        "first_token_during_evaluation_ms": round(statistics.median(during), 1),
         "first_token_ms": round(statistics.median(first), 1),
         "full_ms": round(statistics.median(full), 1),
         "heatmap_lag_ms": round(statistics.median(heat_lag), 1),
@@ -63,6 +66,24 @@ def run() -> dict:
         "n_tokens": N_TOKENS,
         "default_generations": ex.default_generations,
     }
+
+
+def during_evaluation(ex) -> list[float]:
+    """Slider change -> first steered token while the explorer's evaluate panel (12 prompts x
+    6 strengths, one ragged batch after another) decodes on the same engine: the live run
+    takes its turns between the panel's steps instead of waiting for the panel."""
+    assert ex.evaluate()
+    time.sleep(3.0)  # the panel's first batches are decoding
+    out = []
+    for k in range(3):
+        t0 = time.perf_counter()
+        ex.set_strength(0, 50.0 + 7 * k)
+        assert ex.wait(300), ex.status
+        assert ex.evaluation is None or not ex.evaluation.complete, "the panel ended first"
+        out.append(1000 * (ex.last_run["first_steered_at"] - t0))
+    ex.stop_evaluation()
+    ex.wait_evaluation(300)
+    return out
 
 
 if __name__ == "__main__":
