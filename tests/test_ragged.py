@@ -207,3 +207,28 @@ def test_rows_up_to_the_context_limit_equal_their_solo_runs(engine, tmp_path):
     assert full.stop == "length" and len(full.token_ids) == n_near >= 4
     with pytest.raises(sw.RequestError):  # one token past the context is refused
         tiny.steer(requests["full"].with_(n_completion_tokens=n_near + 1))
+
+
+def test_a_cache_full_of_nan_changes_nothing(engine, sources, solos, monkeypatch):
+    """The KV cache is allocated unfilled: every position is written before it is read, so
+    a cache poisoned with NaN gives the same rows (ragged and uniform steps, shared
+    prefills, sweeps)."""
+    runtime = engine.model.runtime
+    new_cache = type(runtime).new_cache
+
+    def poisoned(self, rows: int, length: int):
+        cache = new_cache(self, rows, length)
+        for kv in (*cache.k, *cache.v):
+            kv.fill_(float("nan"))
+        return cache
+
+    monkeypatch.setattr(type(runtime), "new_cache", poisoned)
+    requests = batch_requests(engine, sources)
+    engine.clear_caches()
+    got = engine.steer_batch(requests)
+    for name, result in got.items():
+        for label, completion in result.outputs.items():
+            assert same(completion, solos[name][label]), (name, label)
+    engine.clear_caches()
+    alone = engine.steer(requests["long"])  # one prompt: uniform steps
+    assert all(same(c, solos["long"][k]) for k, c in alone.outputs.items())

@@ -163,12 +163,17 @@ def place_layers(device: str | Sequence[str], n_layers: int) -> list[torch.devic
 class KVCache(RowLengths):
     """Preallocated keys and values for a fixed number of rows, one tensor per layer on that
     layer's device; rows never change shape. Each row has its own length (``lengths``): rows
-    of different prompts decode side by side, each at its own position (a ragged batch)."""
+    of different prompts decode side by side, each at its own position (a ragged batch).
+
+    The tensors are left unfilled: attention reads a row's keys only up to its own position,
+    all written first. Zero-filling them was a parallel OpenMP fill per layer that stalled
+    beside the kernels' pool, at times 0.1-0.5 s of a 2 s steer on a busy 2-core machine
+    (2026-12-03)."""
 
     def __init__(self, cfg: TransformerConfig, rows: int, length: int, devices, dtype) -> None:
         shape = (rows, cfg.n_kv_heads, length, cfg.d_head)
-        self.k = [torch.zeros(shape, device=d, dtype=dtype) for d in devices]
-        self.v = [torch.zeros(shape, device=d, dtype=dtype) for d in devices]
+        self.k = [torch.empty(shape, device=d, dtype=dtype) for d in devices]
+        self.v = [torch.empty(shape, device=d, dtype=dtype) for d in devices]
         self.lengths = [0] * rows  # positions filled, per row
 
     @property
