@@ -74,6 +74,7 @@ def calls(engine, sources: list[str], tmp: Path) -> list[Call]:
     completion = st.sampled_from([None, [11, 12], (2,), sw.Completion(" yes", (4541,), "length")])
     sampling = {"n_completion_tokens": st.just(1), "seed": st.integers(0, 3)}
     views = _view_files(tmp)
+    vector_file = sw.save_vectors([sw.Vector(direction, HOOK, 2.0)], tmp / "vector.gguf")
     examples = st.sampled_from([["I love dogs.", "Dogs bark at night."], None])
     e = engine
 
@@ -157,6 +158,19 @@ def calls(engine, sources: list[str], tmp: Path) -> list[Call]:
              {"model": st.sampled_from([None, sw.DEFAULT_MODEL])}),
         Call("preset_view", lambda engine, ex, **kw: _preset_view(engine, **kw),
              {"name": st.sampled_from(sorted(sw.presets()))}),
+        Call("Engine.vectors", lambda engine, ex, **kw: engine.vectors(**kw),
+             {"request": request}),
+        Call("load_vectors", lambda engine, ex, **kw: sw.load_vectors(**kw),
+             {"source": st.just(vector_file), "model": st.sampled_from([None, engine])},
+             odd={"source": [tmp, tmp / "missing.gguf", views["good"]]}),
+        Call("save_vectors", lambda engine, ex, **kw: sw.save_vectors(**kw),
+             {"vectors": st.just([sw.Vector(direction, HOOK, 2.0)]),
+              "path": st.just(tmp / "saved.gguf"), "format": st.just("gguf"),
+              "model": st.sampled_from([None, engine, "llama"])},
+             odd={"path": [tmp, tmp / "no" / "such" / "x.gguf", tmp / "x.json"]}),
+        Call("to_steering_vector", lambda engine, ex, **kw: sw.to_steering_vector(**kw),
+             {"vectors": st.sampled_from([[sw.Vector(direction, HOOK, 2.0)],
+                                          sw.Vector(direction, "blocks.4.hook_resid_pre")])}),
         Call("Explorer.add_feature", ex_call("add_feature"),
              {"source": source, "index": index, "strength": st.sampled_from([None, 5.0])},
              explorer=True),
