@@ -268,8 +268,8 @@ def _gguf_directions(path: Path) -> tuple[list[tuple[int, torch.Tensor]], str | 
 
     try:
         reader = GGUFReader(path)
-    except (OSError, ValueError, KeyError) as err:
-        raise VectorError(str(path), f"is not a GGUF file: {err}") from None
+    except Exception as err:  # a corrupt file raises whatever the reader meets
+        raise VectorError(str(path), f"is not a GGUF file: {type(err).__name__}: {err}") from None
     out = []
     for t in reader.tensors:
         prefix, _, rest = t.name.partition(".")
