@@ -101,9 +101,13 @@ def check_vectors(vectors, where: str = "vectors") -> list[Vector]:
     """``vectors`` as a list of ``Vector`` with finite strengths, before any work."""
     if isinstance(vectors, Vector):
         vectors = [vectors]
-    if isinstance(vectors, (str, bytes, Mapping)) or not isinstance(vectors, Iterable):
-        raise VectorError(where, f"must be a list of sw.Vector, got {type(vectors).__name__}")
-    out = list(vectors)
+    bad = VectorError(where, f"must be a list of sw.Vector, got {type(vectors).__name__}")
+    if isinstance(vectors, (str, bytes, Mapping, Tensor)) or not isinstance(vectors, Iterable):
+        raise bad
+    try:
+        out = list(vectors)
+    except TypeError:  # iterable in name only
+        raise bad from None
     if not out:
         raise VectorError(where, "is empty")
     for i, v in enumerate(out):
