@@ -9,11 +9,13 @@ a subprocess (``repeng_run.py``): it needs a numpy alias that must not reach oth
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -145,6 +147,7 @@ def run_repeng(tmp_path: Path, folder: Path, ids, import_from: Path) -> dict:
     return torch.load(tmp_path / "out.pt")
 
 
+@pytest.mark.skipif(importlib.util.find_spec("repeng") is None, reason="repeng not installed")
 def test_repeng_both_ways(tiny, tmp_path):
     folder, _, engine, ids = tiny
     mine = [
@@ -158,6 +161,11 @@ def test_repeng_both_ways(tiny, tmp_path):
     assert sorted(got["imported"]) == [1, 2]
     assert torch.equal(got["imported"][1], 3.0 * directions()[1])
     assert torch.equal(got["imported"][2], -1.25 * directions()[2])
+    imported = SimpleNamespace(model_type=got["model_hint"], directions=got["imported"])
+    again = sw.load_vectors(imported, model=engine)
+    assert [v.hook for v in again] == ["blocks.1.hook_resid_post", "blocks.2.hook_resid_post"]
+    for v, want in zip(again, mine, strict=True):
+        assert torch.equal(float(v.strength) * v.vector, float(want.strength) * want.vector)
     # a file repeng wrote (export_gguf) steers our engine as ControlModel steers transformers
     theirs = sw.load_vectors(tmp_path / "repeng.gguf", model=engine)
     assert [v.hook for v in theirs] == ["blocks.1.hook_resid_post", "blocks.2.hook_resid_post"]
@@ -190,6 +198,9 @@ def test_a_vector_for_another_model_is_a_named_error(tiny, tmp_path):
     with pytest.raises(sw.VectorModelMismatch, match="32 wide.*64") as err:
         sw.load_vectors(path, model=engine)
     assert err.value.source == str(path)
+    with pytest.raises(sw.VectorModelMismatch, match="32 wide"):  # checked before writing
+        sw.save_vectors(wide, tmp_path / "not.gguf", model=engine)
+    assert not (tmp_path / "not.gguf").exists()
     deep = sw.save_vectors(
         [sw.Vector(torch.ones(64), "blocks.9.hook_resid_post")], tmp_path / "d.gguf"
     )

@@ -101,7 +101,10 @@ def save_vectors(
         raise VectorError(
             str(path), f"a {format} file ends in {SUFFIXES[format]} (load_vectors reads by it)"
         )
-    hint = model if isinstance(model, str) else _architecture_of(model_fit(model))
+    fit = None if isinstance(model, str) else model_fit(model)
+    if fit is not None:
+        check_fit(vectors_, fit.widths, "vectors", fit.name)
+    hint = model if isinstance(model, str) else _architecture_of(fit)
     notes = warn_notes(getattr(vectors, "notes", {}), f"a {format} vector file")
     write = {"gguf": write_gguf, "neuronpedia": write_json, "safetensors": write_safetensors}
     write[format](vectors_, path, hint or "unknown", notes)

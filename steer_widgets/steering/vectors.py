@@ -1,19 +1,14 @@
 """Steering vectors between the tools: where each tool adds its vector, as our hooks.
 
 A vector made in another tool lands at the hook where that tool adds it, with
-``strength * vector`` equal to what the tool adds at scale 1. The layer map (every index is
-a transformers decoder layer ``i``, 0-based, the TransformerLens block ``i``):
+``strength * vector`` equal to what the tool adds at scale 1. Layer ``k`` is transformers'
+decoder layer ``k`` (0-based), TransformerLens' block ``k``:
 
-============================  ==========================================================
-source                        our hook
-============================  ==========================================================
-llama.cpp ``direction.k``     ``blocks.k.hook_resid_post`` (k >= 1; llama.cpp rejects 0)
-repeng ``directions[i]``      ``blocks.i.hook_resid_post`` (output of ``model.layers[i]``)
-steering-vectors ``decoder_block`` i   ``blocks.i.hook_resid_post``
-steering-vectors ``self_attn`` i       ``blocks.i.hook_attn_out`` (no post-attention norm)
-steering-vectors ``mlp`` i             ``blocks.i.hook_mlp_out`` (no post-MLP norm)
-Neuronpedia ``hook``          the same TransformerLens hook
-============================  ==========================================================
+* llama.cpp ``direction.k`` (k >= 1; llama.cpp rejects 0): ``blocks.k.hook_resid_post``
+* repeng ``directions[k]`` (the output of ``model.layers[k]``): ``blocks.k.hook_resid_post``
+* steering-vectors at layer ``k``: ``decoder_block`` -> ``blocks.k.hook_resid_post``,
+  ``self_attn`` -> ``blocks.k.hook_attn_out``, ``mlp`` -> ``blocks.k.hook_mlp_out``
+* Neuronpedia ``hook``: that TransformerLens hook
 
 llama.cpp adds ``direction.k`` to the output of layer ``k`` (``llama_adapter_cvec``:
 ``tensors[il]`` holds the data of ``direction.il``, added by ``build_cvec(cur, il)`` after
