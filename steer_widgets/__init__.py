@@ -6,12 +6,22 @@ nothing of widgets; ``Explorer`` is the widget front end that calls it.
 
 from .analysis.evaluation import Evaluation
 from .engine import Engine
-from .errors import RequestError, SourceError, SteerWidgetsError
+from .errors import (
+    RequestError,
+    SourceError,
+    SteerWidgetsError,
+    VectorError,
+    VectorModelMismatch,
+    VectorUnsupported,
+    VectorWarning,
+)
 from .runtime.model import DEFAULT_MODEL, load_model
 from .sae.store import SAEStore
 from .steering.generation import Sampling, TokenProb
 from .steering.requests import METHODS, TYPES, Feature, SteerRequest, Vector
 from .steering.results import Completion, Frame, SteerResult
+from .steering.vector_files import load_vectors, save_vectors
+from .steering.vectors import to_steering_vector
 from .version import __version__
 
 try:  # Engine.remote: the remote engine declares itself to Engine (it subclasses it)
@@ -40,8 +50,15 @@ __all__ = [
     "SteerWidgetsError",
     "TokenProb",
     "Vector",
+    "VectorError",
+    "VectorModelMismatch",
+    "VectorUnsupported",
+    "VectorWarning",
     "load_model",
+    "load_vectors",
     "presets",
+    "save_vectors",
+    "to_steering_vector",
 ]
 
 

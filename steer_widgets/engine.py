@@ -40,6 +40,7 @@ from .steering.requests import (
     validate_shape,
 )
 from .steering.results import Completion, Frame, SteerResult, as_request, check_outputs, ordered
+from .steering.vectors import request_vectors
 
 _default_engine: Engine | None = None
 _default_lock = threading.Lock()
@@ -239,6 +240,19 @@ class Engine:
         request.sampling.validate(runtime.cfg.max_context - len(prompt.ids))
         directions = resolve_directions(request, self.saes, runtime.hook_widths())
         return prompt, build_plan(request, directions, prompt.special)
+
+    def vectors(self, request: SteerRequest | Mapping) -> list[Vector]:
+        """What the STEERED output of ``request`` adds, as plain ``Vector``s at their hooks:
+        each feature's decoder row (unit length under ``normalize_steering``) and each custom
+        vector at strength ``strength_multiplier * strength``, exactly what SIMPLE_ADDITIVE
+        adds on generated tokens (a sweep's rows are not included). For ``save_vectors`` and
+        other tools; a non-additive ``steer_method`` is a ``VectorUnsupported``. Settings no
+        vector file applies (``prompt_multiplier``, ``steer_special_tokens``) ride along as
+        the list's ``notes``."""
+        request = as_request(request)
+        validate_shape(request)
+        directions = resolve_directions(request, self.saes, self.model.runtime.hook_widths())
+        return request_vectors(request, directions)
 
     # -- activations (see analysis/text.py) ------------------------------------------------
     @property

@@ -120,6 +120,31 @@ class RemoteUnsupported(RequestError):
     sampling rule it lacks). Raised before any request is sent."""
 
 
+class VectorError(SteerWidgetsError, ValueError):
+    """A steering vector that cannot be read, written or fitted; ``source`` names the file,
+    the object's type or the request field at fault."""
+
+    def __init__(self, source: str, problem: str) -> None:
+        self.source, self.problem = str(source), problem
+        super().__init__(f"vector source {self.source!r}: {problem}")
+
+
+class VectorModelMismatch(VectorError):
+    """Vectors made for another model: a width or layer the model lacks, or a model hint
+    (``controlvector.model_hint``) naming another architecture. The message gives both."""
+
+
+class VectorUnsupported(VectorError):
+    """What the source or the target format cannot express exactly (a layer type with no
+    hook of ours, a hook no block output reaches, a steer method that is not additive): it
+    is refused by name, never written or read as something else."""
+
+
+class VectorWarning(UserWarning):
+    """A vector file written without a setting it cannot carry (llama.cpp adds one vector at
+    every position): the setting is recorded in the file's metadata and named here."""
+
+
 def suggest(name: str, choices: list[str], n: int = 3) -> str:
     """``"; did you mean 'a', 'b'?"`` for the nearest names (difflib), or ``""``."""
     near = difflib.get_close_matches(name, choices, n=n, cutoff=0.6)

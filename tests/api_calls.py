@@ -74,6 +74,7 @@ def calls(engine, sources: list[str], tmp: Path) -> list[Call]:
     completion = st.sampled_from([None, [11, 12], (2,), sw.Completion(" yes", (4541,), "length")])
     sampling = {"n_completion_tokens": st.just(1), "seed": st.integers(0, 3)}
     views = _view_files(tmp)
+    vector_file = sw.save_vectors([sw.Vector(direction, HOOK, 2.0)], tmp / "vector.gguf")
     examples = st.sampled_from([["I love dogs.", "Dogs bark at night."], None])
     e = engine
 
@@ -157,11 +158,35 @@ def calls(engine, sources: list[str], tmp: Path) -> list[Call]:
              {"model": st.sampled_from([None, sw.DEFAULT_MODEL])}),
         Call("preset_view", lambda engine, ex, **kw: _preset_view(engine, **kw),
              {"name": st.sampled_from(sorted(sw.presets()))}),
+        Call("Engine.vectors", lambda engine, ex, **kw: engine.vectors(**kw),
+             {"request": request}),
+        Call("load_vectors", lambda engine, ex, **kw: sw.load_vectors(**kw),
+             {"source": st.just(vector_file), "model": st.sampled_from([None, engine])},
+             odd={"source": [tmp, tmp / "missing.gguf", views["good"]]}),
+        Call("save_vectors", lambda engine, ex, **kw: sw.save_vectors(**kw),
+             {"vectors": st.just([sw.Vector(direction, HOOK, 2.0)]),
+              "path": st.just(tmp / "saved.gguf"), "format": st.just("gguf"),
+              "model": st.sampled_from([None, engine, "llama"])},
+             odd={"path": [tmp, tmp / "no" / "such" / "x.gguf", tmp / "x.json"]}),
+        Call("to_steering_vector", lambda engine, ex, **kw: sw.to_steering_vector(**kw),
+             {"vectors": st.sampled_from([[sw.Vector(direction, HOOK, 2.0)],
+                                          sw.Vector(direction, "blocks.4.hook_resid_pre")])}),
         Call("Explorer.add_feature", ex_call("add_feature"),
              {"source": source, "index": index, "strength": st.sampled_from([None, 5.0])},
              explorer=True),
         Call("Explorer.add_concept", ex_call("add_concept"),
              {"name": st.just("dogs"), "vector": st.just(sw.Vector(direction, HOOK, 3.0))},
+             explorer=True),
+        Call("Explorer.save_vectors", row_call("save_vectors"),
+             {"path": st.just(tmp / "explorer.gguf"), "format": st.just("gguf")}, explorer=True,
+             odd={"path": [tmp, tmp / "explorer.json"]}),
+        Call("Explorer.load_vectors", ex_call("load_vectors"),
+             {"path": st.just(vector_file), "name": st.sampled_from([None, "loaded"])},
+             explorer=True, odd={"path": [tmp, tmp / "missing.gguf", views["good"]]}),
+        Call("Explorer.add_vectors", ex_call("add_vectors"),
+             {"name": st.just("two layers"),
+              "vectors": st.just([sw.Vector(direction, HOOK, 2.0),
+                                  sw.Vector(direction, "blocks.5.hook_resid_post", 2.0)])},
              explorer=True),
         Call("Explorer.set_strength", row_call("set_strength"),
              {"row": st.just(0), "value": st.floats(-50, 50)}, explorer=True),

@@ -24,6 +24,7 @@ import json
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from .. import checks
@@ -31,6 +32,7 @@ from ..checks import public_methods
 from ..errors import RequestError, SteerWidgetsError
 from ..steering.requests import Feature, SteerRequest, Vector, check_vector
 from ..steering.results import Completion, SteerResult
+from ..steering.vector_files import SUFFIXES, load_vectors, save_vectors
 from . import recommend
 from .arguments import check_options, check_row, check_settings, check_strength
 from .evaluating import Evaluating, judge_words
@@ -132,6 +134,13 @@ class Explorer:
         v.run_button.on_click(lambda _: self.run())
         v.stop_button.on_click(lambda _: self.stop())
         v.record_button.on_click(lambda _: self._toggle_record())
+        v.save_vectors_button.on_click(
+            lambda _: self.save_vectors(
+                v.vector_path.value or "vectors" + SUFFIXES[v.vector_format.value],
+                v.vector_format.value,
+            )
+        )
+        v.load_vectors_button.on_click(lambda _: self.load_vectors(v.vector_path.value))
 
     def close(self, timeout: float | None = 30.0) -> None:
         """Stops the run and the evaluation, ends the explain panel's and the feature card's
@@ -210,6 +219,51 @@ class Explorer:
             row = self.features_ui.add_vector(name, vector, norm)
             self.heat_menu.sync()
             return row
+
+    def add_vectors(self, name: str, vectors: list[Vector]) -> int:
+        """One row for several vectors (a multi-layer vector): one slider sets them all;
+        its row (-1: refused, and the status line says why)."""
+        try:
+            checks.text("name", name)
+            widths = self.engine.model.runtime.hook_widths()
+            vectors = checks.sequence("vectors", vectors)
+            if not vectors:
+                raise RequestError("vectors", "is empty")
+            for i, v in enumerate(vectors):
+                check_vector(v, widths, f"vectors[{i}]")
+        except RequestError as err:
+            self._fail(err)
+            return -1
+        with self.batch():
+            norm = recommend.typical_norm(self.engine, vectors[0].hook)
+            row = self.features_ui.add_vectors(name, list(vectors), norm)
+            self.heat_menu.sync()
+            return row
+
+    def load_vectors(self, path: str | Path, name: str | None = None) -> int:
+        """A vector file (``sw.load_vectors``: .gguf, Neuronpedia .json, .safetensors, .pt)
+        as one row with one slider, however many layers it has; -1 when refused."""
+        try:
+            if name is not None:
+                checks.text("name", name)
+            vectors = load_vectors(path, model=self.engine)
+        except SteerWidgetsError as err:
+            self._fail(err)
+            return -1
+        default = Path(str(path)).stem if isinstance(path, (str, Path)) else ""
+        return self.add_vectors(name if name is not None else default or "vectors", vectors)
+
+    def save_vectors(self, path: str | Path, format: str = "gguf") -> Path | None:
+        """The steering of the current controls as a vector file (``engine.vectors`` then
+        ``sw.save_vectors``); its path, or None when refused (the status line says why)."""
+        try:
+            vectors = self.engine.vectors(self.request())
+            out = save_vectors(vectors, path, format, model=self.engine)
+        except SteerWidgetsError as err:
+            self._fail(err)
+            return None
+        self.status_line.show("idle", f"saved {len(vectors)} vectors to {out}")
+        return out
 
     def set_strength(self, row: int, value: float) -> None:
         """Move a row's slider (as a user would); a value beyond the range widens it."""

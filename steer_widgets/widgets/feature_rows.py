@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import ipywidgets as widgets
+import torch
 
 from ..steering.requests import Feature, Vector
 from .fields import widen
@@ -30,6 +31,8 @@ class Row:
     box: widgets.HBox
     vector: Vector | None = None  # set for concept rows
     name: str = ""
+    # the other layers of a loaded multi-layer vector: at the slider's strength, as ``vector``
+    extra: tuple[Vector, ...] = ()
 
 
 def _slider(strength: float, typical_norm: float | None = None) -> widgets.FloatSlider:
@@ -49,6 +52,11 @@ def _slider(strength: float, typical_norm: float | None = None) -> widgets.Float
     )
     slider.add_class("sw-strength")
     return slider
+
+
+def _added(v: Vector) -> torch.Tensor:
+    """What ``v`` adds at its hook: ``strength * vector``."""
+    return float(v.strength) * torch.as_tensor(v.vector, dtype=torch.float32)
 
 
 def _button(text: str, tip: str) -> widgets.Button:
@@ -107,6 +115,28 @@ class FeatureRows:
         box.add_class("sw-wrap")
         return self._append(Row("", -1, slider, box, vector, name), remove)
 
+    def add_vectors(self, name: str, vectors: list[Vector], norm: float | None = None) -> int:
+        """One row for a loaded vector, however many layers it has: one slider moves them
+        all. Equal strengths start the slider there; unequal ones are folded into the
+        vectors and the slider starts at 1, so each layer adds what the file says."""
+        if len(vectors) == 1:
+            return self.add_vector(name, vectors[0], norm)
+        strengths = {float(v.strength) for v in vectors}
+        equal = len(strengths) == 1
+        start = strengths.pop() if equal else 1.0
+        base = [Vector(v.vector if equal else _added(v), v.hook) for v in vectors]
+        slider = _slider(start, norm)
+        remove = _button("✕", "remove these vectors")
+        hooks = f"{vectors[0].hook} and {len(vectors) - 1} more layers"
+        text = widgets.HTML(
+            f"vectors <b>{html.escape(name)}</b> <code>{html.escape(hooks)}</code>",
+            layout={"flex": "1 1 12em", "min_width": "0"},
+        )
+        box = widgets.HBox([slider, remove, text], layout={"flex_flow": "row wrap"})
+        box.add_class("sw-wrap")
+        first = Vector(base[0].vector, base[0].hook, start)
+        return self._append(Row("", -1, slider, box, first, name, tuple(base[1:])), remove)
+
     def _append(self, row: Row, remove: widgets.Button) -> int:
         remove.on_click(lambda _: self.remove(self.rows.index(row)))
         row.slider.observe(self.on_change, names="value")
@@ -132,9 +162,10 @@ class FeatureRows:
 
     def vectors(self) -> list[Vector]:
         return [
-            Vector(r.vector.vector, r.vector.hook, float(r.slider.value))
+            Vector(v.vector, v.hook, float(r.slider.value))
             for r in self.rows
             if r.vector is not None
+            for v in (r.vector, *r.extra)
         ]
 
     def _redraw(self) -> None:

@@ -1,6 +1,7 @@
 """The explorer's widgets and their order on the page.
 
-Reading order: a preset menu, prompt and mode; features (search, strength rows, steering settings);
+Reading order: a preset menu, prompt and mode; features (search, strength rows, a vector file
+to save the steering to or load vectors from, steering settings);
 generation settings; Run / Stop / live / Record; the status line; the panes; the heatmap;
 the evaluate panel.
 Rows wrap instead of scrolling (flex ``row wrap``), sliders never shrink below a usable
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import ipywidgets as widgets
 
+from ..steering.vector_files import FORMATS
 from .completions import Completions
 from .evaluate_panel import EvaluatePanel
 from .fields import LABEL_WIDTH, TOOLTIP, Controls
@@ -103,6 +105,23 @@ class Layout:
             style={"description_width": LABEL_WIDTH},
             layout={"width": "32em", "max_width": "100%"},
         )
+        self.vector_path = widgets.Text(
+            placeholder="vectors.gguf",
+            description="vector file",
+            **{TOOLTIP: "save: the steering as vectors (gguf for llama.cpp and repeng); "
+               "load: a .gguf, Neuronpedia .json, .safetensors or .pt"},
+            style={"description_width": "6em"},
+            layout={"flex": "0 1 20em", "min_width": "14em", "width": "auto"},
+        )  # fmt: skip
+        self.vector_format = widgets.Dropdown(
+            options=list(FORMATS), value="gguf", layout={"width": "auto"}
+        )
+        self.save_vectors_button = _button("save vectors", tooltip="write the steering's vectors")
+        self.load_vectors_button = _button("load vectors", tooltip="one row for the file's vectors")
+        vector_row = [
+            self.vector_path, self.vector_format, self.save_vectors_button,
+            self.load_vectors_button,
+        ]  # fmt: skip
         self.status_line = StatusLine()
         self.evaluation = EvaluatePanel()
         actions = [self.run_button, self.stop_button, self.live, self.record_button]
@@ -114,6 +133,7 @@ class Layout:
                 section("Features"),
                 picker,
                 rows,
+                row(vector_row, "sw-vectors"),
                 row([*controls.group("steering"), self.sweep_on, self.sweep_text]),
                 section("Generation"),
                 row(controls.group("generation")),

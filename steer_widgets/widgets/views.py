@@ -32,6 +32,8 @@ def save_view(explorer, path: str | Path) -> dict:
         "live": bool(explorer.live.value),
         "request": req.to_dict(),
         "concepts": [r.name for r in rows if r.vector is not None],
+        # how many of the request's vectors each concept row holds (a loaded vector: its layers)
+        "concept_layers": [1 + len(r.extra) for r in rows if r.vector is not None],
         "outputs": {
             k: {"text": c.text, "token_ids": list(c.token_ids), "stop": c.stop}
             for k, c in explorer.outputs.items()
@@ -70,6 +72,10 @@ def read_view(source: str | Path | dict) -> dict:
     concepts = view.get("concepts", [])
     if not isinstance(concepts, list) or not all(isinstance(c, str) for c in concepts):
         raise RequestError("view.concepts", f"must be a list of names, got {concepts!r}")
+    layers = view.get("concept_layers", [1] * len(concepts))
+    counts_ok = isinstance(layers, list) and len(layers) == len(concepts)
+    if not counts_ok or not all(type(n) is int and n >= 1 for n in layers):
+        raise RequestError("view.concept_layers", f"must be a count per concept, got {layers!r}")
     if not isinstance(view.get("outputs", {}), dict):
         raise RequestError("view.outputs", f"must be a dict, got {view['outputs']!r}")
     return view
@@ -108,9 +114,25 @@ def apply_view(explorer, source: str | Path | dict) -> None:
         ex.set(**{k: getattr(req, k) for k in SETTINGS})
         for f in req.features:
             ex.add_feature(f.source, f.index, f.strength)
-        for name, v in zip(view.get("concepts", ()), req.vectors, strict=False):
-            ex.add_concept(name, Vector(torch.as_tensor(v.vector), v.hook, v.strength))
+        for name, group in _concept_groups(view, req.vectors):
+            if len(group) == 1:
+                v = group[0]
+                ex.add_concept(name, Vector(torch.as_tensor(v.vector), v.hook, v.strength))
+            else:
+                ex.add_vectors(name, group)
     ex.saved_outputs = view.get("outputs", {})
+
+
+def _concept_groups(view: dict, vectors) -> list[tuple[str, list[Vector]]]:
+    """Each concept row's name and vectors: one vector each unless ``concept_layers`` (a
+    loaded multi-layer vector's row) says how many."""
+    names = view.get("concepts", [])
+    counts = view.get("concept_layers", [1] * len(names))
+    groups, start = [], 0
+    for name, n in zip(names, counts, strict=True):
+        groups.append((name, list(vectors[start : start + n])))
+        start += n
+    return [(name, g) for name, g in groups if g]
 
 
 def same_tokens(explorer) -> bool:
