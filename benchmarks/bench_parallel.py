@@ -68,6 +68,7 @@ def run() -> dict:
     ragged = ragged8(engine, source)
     return {
         **ragged,
+        "step_ms_by_rows": step_ms_by_rows(engine),
         "default_s": a,
         "steered_s": b,
         "pair_s": c,
@@ -139,3 +140,27 @@ def ragged8(engine, source: str) -> dict:
             name: together[name].outputs == solo[name].outputs for name in requests
         },
     }
+
+
+def step_ms_by_rows(engine, rows=(1, 2, 4, 8, 16, 32, 64)) -> dict[int, float]:
+    """One ragged decode step (rows at positions 40 to 40 + 5 * rows) of the runtime alone,
+    best of 5, by number of rows: what an extra row costs, and where ``batch.MAX_ROWS``
+    stops paying."""
+    import torch
+
+    runtime, out = engine.model.runtime, {}
+    for b in rows:
+        cache = runtime.new_cache(b, 40 + 5 * b + 2)
+        runtime.forward(torch.zeros(b, 40 + 5 * b, dtype=torch.long), cache)  # keys written
+        feed, lengths, best = (
+            torch.zeros(b, 1, dtype=torch.long),
+            [40 + 5 * r for r in range(b)],
+            [],
+        )
+        for _ in range(5):
+            cache.lengths = list(lengths)
+            start = time.perf_counter()
+            runtime.forward(feed, cache, rows=list(range(b)))
+            best.append(time.perf_counter() - start)
+        out[b] = round(1000 * min(best), 2)
+    return out
