@@ -143,18 +143,20 @@ def ragged8(engine, source: str) -> dict:
 
 
 def step_ms_by_rows(engine, rows=(1, 2, 4, 8, 16, 32, 64)) -> dict[int, float]:
-    """One ragged decode step (rows at positions 40 to 40 + 5 * rows) of the runtime alone,
-    best of 5, by number of rows: what an extra row costs, and where ``batch.MAX_ROWS``
-    stops paying."""
+    """One ragged decode step (rows at positions 40 to 63) of the runtime alone, best of 5,
+    by number of rows: what an extra row costs, and where ``batch.MAX_ROWS`` stops paying.
+    One row's 64-token prefill is copied to every row, so each position read was written."""
     import torch
 
     runtime, out = engine.model.runtime, {}
     for b in rows:
-        cache = runtime.new_cache(b, 40 + 5 * b + 2)
-        runtime.forward(torch.zeros(b, 40 + 5 * b, dtype=torch.long), cache)  # keys written
+        cache = runtime.new_cache(b, 66)
+        runtime.forward(torch.arange(64).view(1, 64), cache.view(0))
+        for r in range(1, b):
+            cache.copy_row(0, r)
         feed, lengths, best = (
             torch.zeros(b, 1, dtype=torch.long),
-            [40 + 5 * r for r in range(b)],
+            [40 + 7 * r % 24 for r in range(b)],
             [],
         )
         for _ in range(5):
