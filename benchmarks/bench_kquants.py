@@ -1,14 +1,15 @@
-"""Decode throughput of a K-quant mix of the default model against its Q4_1 file, same run.
+"""Decode throughput of a Q4_K_M file of the default model against its Q4_1 file, same run.
 
-The mix is the layout of llama.cpp's ``Q4_K_M`` for SmolLM2-135M: every matrix whose rows
-are 576 weights (not a multiple of 256) as ``Q5_0``, the 30 ``down_proj`` matrices (rows of
-1536) alternately ``Q4_K`` and ``Q6_K``, the ``Q8_0`` embedding and the F32 norms kept. It is
-written here by our own block writer (``write_mix``: a plain min/max quantizer from the
-shipped file's dequantized weights, not llama.cpp's search for the best scales), so it reads
-the same types and bytes per weight as a llama.cpp file, not the same values. 64 greedy
-tokens after the chat prompt, batch 1, best of 3; llama.cpp on the same mix file where
-``SW_LLAMA_CPP_PYTHON`` names an interpreter with llama-cpp-python (``llama_cpp_rate.py``).
-Timings on a shared machine are rough: compare only within one run.
+Where ``SW_LLAMA_CPP_PYTHON`` names an interpreter with llama-cpp-python (a throwaway venv),
+the file is llama.cpp's own: the shipped GGUF dequantized to an F32 GGUF, then
+``llama_model_quantize`` at ``Q4_K_M``, and llama.cpp decodes the same file
+(``llama_cpp_rate.py``). Elsewhere our own block writer makes the same layout (``write_mix``:
+every matrix whose rows are 576 weights, not a multiple of 256, as ``Q5_0``; the 30
+``down_proj`` matrices, rows of 1536, alternately ``Q4_K`` and ``Q6_K``; the ``Q8_0``
+embedding and F32 norms kept), with a plain min/max quantizer rather than llama.cpp's search
+for the best scales: the same types and bytes per weight, not the same values. 64 greedy
+tokens after the chat prompt, batch 1, best of 3. Timings on a shared machine are rough:
+compare only within one run.
 """
 
 from __future__ import annotations
@@ -76,8 +77,9 @@ def quantize_q6_k(x: np.ndarray) -> np.ndarray:
     return np.concatenate([*parts, halves], axis=-1).reshape(n, -1)
 
 
-def write_mix(src: Path, out: Path) -> dict[str, int]:
-    """The default GGUF's metadata and tensors as a Q4_K_M-layout mix; counts per type."""
+def copy_gguf(src: Path, out: Path, convert) -> dict[str, int]:
+    """The GGUF ``src`` rewritten to ``out``, its metadata as it is and each tensor through
+    ``convert(name, qtype, data) -> (qtype, data)``; the count of tensors per type written."""
     import gguf
     from gguf import GGMLQuantizationType as T
 
@@ -91,19 +93,8 @@ def write_mix(src: Path, out: Path) -> dict[str, int]:
         sub = field.types[-1] if kind == gguf.GGUFValueType.ARRAY else None
         w.add_key_value(field.name, field.contents(), kind, sub_type=sub)
     counts: dict[str, int] = {}
-    downs = 0
     for t in reader.tensors:
-        qtype, data = T(t.tensor_type), np.array(t.data)
-        if qtype in (T.Q4_1, T.Q4_0, T.Q8_0) and not t.name.startswith("token_embd"):
-            x = gguf.quants.dequantize(data, qtype)
-            if x.shape[1] % 256 == 0:
-                qtype = T.Q4_K if downs % 2 == 0 else T.Q6_K
-                downs += 1
-                data = (quantize_q4_k if qtype == T.Q4_K else quantize_q6_k)(x)
-                error = np.abs(gguf.quants.dequantize(data, qtype) - x).max() / np.abs(x).max()
-                assert error < 0.1, (t.name, qtype.name, error)  # the writer's own check
-            else:
-                qtype, data = T.Q5_0, gguf.quants.quantize(x, T.Q5_0)
+        qtype, data = convert(t.name, T(t.tensor_type), np.array(t.data))
         counts[qtype.name] = counts.get(qtype.name, 0) + 1
         w.add_tensor(t.name, data, raw_dtype=qtype)
     w.write_header_to_file()
@@ -111,6 +102,65 @@ def write_mix(src: Path, out: Path) -> dict[str, int]:
     w.write_tensors_to_file()
     w.close()
     return counts
+
+
+def write_mix(src: Path, out: Path) -> dict[str, int]:
+    """The default GGUF as a Q4_K_M-layout mix written by our own quantizers."""
+    import gguf
+    from gguf import GGMLQuantizationType as T
+
+    downs = []
+
+    def convert(name: str, qtype, data: np.ndarray):
+        if qtype not in (T.Q4_0, T.Q4_1, T.Q8_0) or name.startswith("token_embd"):
+            return qtype, data
+        x = gguf.quants.dequantize(data, qtype)
+        if x.shape[1] % 256:
+            return T.Q5_0, gguf.quants.quantize(x, T.Q5_0)
+        qtype = T.Q4_K if len(downs) % 2 == 0 else T.Q6_K
+        downs.append(name)
+        data = (quantize_q4_k if qtype == T.Q4_K else quantize_q6_k)(x)
+        error = np.abs(gguf.quants.dequantize(data, qtype) - x).max() / np.abs(x).max()
+        assert error < 0.1, (name, qtype.name, error)  # the writer's own check
+        return qtype, data
+
+    return copy_gguf(src, out, convert)
+
+
+QUANTIZE = """
+import ctypes, sys, llama_cpp
+params = llama_cpp.llama_model_quantize_default_params()
+params.ftype = llama_cpp.LLAMA_FTYPE_MOSTLY_Q4_K_M
+sys.exit(llama_cpp.llama_model_quantize(sys.argv[1].encode(), sys.argv[2].encode(),
+                                        ctypes.byref(params)))
+"""
+
+
+def llama_cpp_q4_k_m(python: str, src: Path, out: Path) -> dict[str, int]:
+    """A real Q4_K_M file: ``src`` dequantized to an F32 GGUF, then llama.cpp's quantizer
+    (run by ``python``, an interpreter with llama-cpp-python)."""
+    import gguf
+    from gguf import GGMLQuantizationType as T
+
+    def to_f32(name: str, qtype, data: np.ndarray):
+        if qtype == T.F32:
+            return qtype, data
+        return T.F32, gguf.quants.dequantize(data, qtype)
+
+    f32 = out.with_suffix(".f32.gguf")
+    copy_gguf(src, f32, to_f32)
+    subprocess.run([python, "-c", QUANTIZE, str(f32), str(out)], check=True, capture_output=True)
+    f32.unlink()
+    counts: dict[str, int] = {}
+    for t in gguf.GGUFReader(out).tensors:
+        counts[t.tensor_type.name] = counts.get(t.tensor_type.name, 0) + 1
+    return counts
+
+
+def _has_llama_cpp() -> str | None:
+    python = os.environ.get("SW_LLAMA_CPP_PYTHON", sys.executable)
+    found = subprocess.run([python, "-c", "import llama_cpp"], capture_output=True).returncode
+    return None if found else python
 
 
 def _decode(engine, ids: list[int]) -> list[int]:
@@ -128,10 +178,7 @@ def _shared_prefix(a: list[int], b: list[int]) -> int:
     return n
 
 
-def _llama_cpp(path: Path, ids: list[int], threads: int) -> dict | None:
-    python = os.environ.get("SW_LLAMA_CPP_PYTHON", sys.executable)
-    if subprocess.run([python, "-c", "import llama_cpp"], capture_output=True).returncode:
-        return None
+def _llama_cpp(python: str, path: Path, ids: list[int], threads: int) -> dict:
     settings = {"ids": ids, "threads": threads, "new_tokens": N_NEW, "repeats": 3}
     script = str(Path(__file__).with_name("llama_cpp_rate.py"))
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
@@ -148,8 +195,12 @@ def run() -> dict:
     from steer_widgets.runtime.model import gguf_path
 
     with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "SmolLM2-135M-Instruct.Q4_K_M-mix.gguf"
-        counts = write_mix(gguf_path(), path)
+        path = Path(tmp) / "SmolLM2-135M-Instruct.Q4_K_M.gguf"
+        python = _has_llama_cpp()
+        if python is None:
+            counts = write_mix(gguf_path(), path)
+        else:
+            counts = llama_cpp_q4_k_m(python, gguf_path(), path)
         q41 = sw.Engine(sw.load_model(str(gguf_path())), saes=[])
         # the mix's converted metadata in the scratch folder, not the user cache
         with mock.patch.object(gguf_model, "cache_dir", lambda: Path(tmp) / "cache"):
@@ -157,8 +208,9 @@ def run() -> dict:
         ids = list(q41.tokenizer.encode(CHAT).ids)
         q41_ids, mix_ids = _decode(q41, ids), _decode(mix, ids)
         q41_s, mix_s = best_of(lambda: _decode(q41, ids)), best_of(lambda: _decode(mix, ids))
-        llama = _llama_cpp(path, ids, torch.get_num_threads())
+        llama = None if python is None else _llama_cpp(python, path, ids, torch.get_num_threads())
         figures = {
+            "file_written_by": "our block writer" if python is None else "llama.cpp quantizer",
             "tensors_by_type": counts,
             "file_mb_mix": path.stat().st_size / 1e6,
             "file_mb_q4_1": gguf_path().stat().st_size / 1e6,
