@@ -32,8 +32,8 @@ Call = Callable[[], torch.Tensor]
 def _blocks(name: str, n: int, k: int, rng: np.random.Generator) -> np.ndarray:
     """GGUF rows of random codes with finite, modest f16 scales (and mins)."""
     _, size = quant.TYPES[name]
-    blocks = rng.integers(0, 256, (n, k // 32, size), dtype=np.uint8)
-    for off in (0, 2) if name == "Q4_1" else (0,):
+    blocks = rng.integers(0, 256, (n, k // quant.WEIGHTS[name], size), dtype=np.uint8)
+    for off in quant.HALVES[name]:
         scales = (rng.standard_normal(blocks.shape[:2]) * 0.01).astype(np.float16)
         blocks[..., off : off + 2] = scales.view(np.uint8).reshape(*blocks.shape[:2], 2)
     return blocks.reshape(n, -1)
@@ -60,6 +60,8 @@ def quant_calls(gen: torch.Generator, rng: random.Random) -> dict[str, Call]:
     nrng = np.random.default_rng(rng.randrange(1 << 30))
     for name in quant.SUPPORTED:
         for k, n in ((576, 48), (576, 576), (576, 1536), (1536, 576), (576, 4096)):
+            if k % quant.WEIGHTS[name]:  # K-quants: rows of whole 256-weight super-blocks
+                continue
             lin = quant.QuantLinear(_blocks(name, n, k, nrng), name, k)
             for m in sorted({1, 2, rng.randint(3, 12), 13}):  # wide, tile and panel paths
                 x = torch.randn(m, k, generator=gen)

@@ -20,18 +20,25 @@ CHAT = [{"role": "user", "content": "Tell me about the ocean."}]
 
 
 def random_blocks(name: str, n: int, k: int, seed: int = 0) -> np.ndarray:
-    """GGUF rows of random codes whose scales (and mins) mix normal, zero, subnormal and
-    negative halves, every exponent but the inf/NaN one."""
+    """GGUF rows of random codes whose f16 factors (scales d, mins or dmin) mix normal,
+    zero, subnormal, negative and the largest finite halves, every exponent but the inf/NaN
+    one; K-quants' 6-bit and int8 sub-block scales are random bytes (0 to 63, -128 to 127)."""
     rng = np.random.default_rng(seed)
     _, size = quant.TYPES[name]
-    blocks = rng.integers(0, 256, (n, k // 32, size), dtype=np.uint8)
-    for off in (0, 2) if name == "Q4_1" else (0,):
+    blocks = rng.integers(0, 256, (n, k // quant.WEIGHTS[name], size), dtype=np.uint8)
+    for off in quant.HALVES[name]:
         h = rng.integers(0, 1 << 16, blocks.shape[:2], dtype=np.uint16)
         h = np.where(((h >> 10) & 0x1F) == 0x1F, h & 0x83FF, h)  # exponent 31 -> subnormal
         h.flat[::7] = 0  # zero scales
         h.flat[1::7] = 0x8000 | (h.flat[1::7] & 0x3FF)  # negative subnormals
+        h.flat[2::11] = 0x7BFF | (h.flat[2::11] & 0x8000)  # +-65504, the largest finite
         blocks[..., off : off + 2] = h.astype("<u2")[..., None].view(np.uint8)
     return blocks.reshape(n, -1)
+
+
+def k_of(name: str, k: int) -> int:
+    """``k`` for the 32-weight types, 8k for the K-quants (their 256-weight super-blocks)."""
+    return k * quant.WEIGHTS[name] // quant.QK
 
 
 def bits(a) -> np.ndarray:
@@ -41,6 +48,7 @@ def bits(a) -> np.ndarray:
 @pytest.mark.parametrize("name", quant.SUPPORTED)
 @pytest.mark.parametrize("shape", [(48, 64), (37, 96), (16, 32)])
 def test_blocks_dequantize_as_gguf_bit_for_bit(name, shape):
+    shape = shape[0], k_of(name, shape[1])
     raw = random_blocks(name, *shape)
     ref = quant.dequantize(raw, name)
     lin = quant.QuantLinear(raw, name, shape[1])
@@ -51,7 +59,7 @@ def test_blocks_dequantize_as_gguf_bit_for_bit(name, shape):
 
 @pytest.mark.parametrize("name", quant.SUPPORTED)
 def test_products_equal_the_float32_kernel_on_the_dequantized_matrix(name):
-    n, k = 70, 128
+    n, k = 70, k_of(name, 128)
     raw = random_blocks(name, n, k, seed=1)
     dense = torch.from_numpy(quant.dequantize(raw, name))
     bias = torch.randn(n)
@@ -79,9 +87,10 @@ def test_inf_and_nan_scales_are_refused_by_name(which, half):
 
 
 def test_unsupported_types_are_named_with_the_supported_ones():
-    with pytest.raises(QuantizationUnsupported, match="Q4_1") as err:
-        quant.type_name("Q6_K")
-    assert err.value.qtype == "Q6_K" and isinstance(err.value, sw.SteerWidgetsError)
+    with pytest.raises(QuantizationUnsupported, match="Q4_1, .*Q6_K") as err:
+        quant.type_name("Q3_K")
+    assert err.value.qtype == "Q3_K" and isinstance(err.value, sw.SteerWidgetsError)
+    assert "load_model(path, quantized=False)" in str(err.value)
     with pytest.raises(QuantizationUnsupported):
         quant.QuantLinear(np.zeros((16, 20), np.uint8), "Q4_1", 48)  # rows too short
 
@@ -194,12 +203,13 @@ native.FLAGS[:] = sys.argv[1].split()
 from tests.test_quantized import random_blocks
 assert native.extension() is not None
 for name in quant.SUPPORTED:
-    raw = random_blocks(name, 40, 96, seed=2)
+    k = 96 * quant.WEIGHTS[name] // quant.QK
+    raw = random_blocks(name, 40, k, seed=2)
     ref = torch.from_numpy(quant.dequantize(raw, name))
-    lin, packed = quant.QuantLinear(raw, name, 96), native.pack(ref)
+    lin, packed = quant.QuantLinear(raw, name, k), native.pack(ref)
     assert torch.equal(lin.dense().view(torch.int32), ref.view(torch.int32)), name
-    for rows in (1, 2, 3, 7):
-        x = torch.randn(rows, 96)
+    for rows in (1, 2, 3, 7, 13):  # the wide, tile and panel paths
+        x = torch.randn(rows, k)
         assert torch.equal(lin(x), native.linear(x, packed, 40)), (name, rows)
 print("OK")
 """
@@ -281,7 +291,7 @@ def write_tiny_qwen2(out, tok: dict, down: str = "Q4_1", ff: int = 128) -> None:
         x = (rng.standard_normal(shape) * scale).astype(np.float32)
         if qtype in (T.Q4_0, T.Q4_1, T.Q8_0):
             w.add_tensor(name, gguf.quants.quantize(x, qtype), raw_dtype=qtype)
-        else:  # Q6_K, a type we do not read: random codes, each block's scale d (its last
+        else:  # Q3_K, a type we do not read: random codes, each block's scale d (its last
             # two bytes) a small half so that the values stay finite
             block, size = gguf.GGML_QUANT_SIZES[qtype]
             raw = rng.integers(0, 256, (shape[0], shape[1] // block, size), dtype=np.uint8)
@@ -410,10 +420,10 @@ def test_a_conversion_leaves_another_process_conversion_alone(tokenizer, gguf_ca
 
 
 def test_a_gguf_with_an_unsupported_type_is_refused_by_name(tokenizer, gguf_cache):
-    path = gguf_cache / "tiny-q6k.gguf"
-    write_tiny_qwen2(path, tokenizer, down="Q6_K", ff=256)
+    path = gguf_cache / "tiny-q3k.gguf"
+    write_tiny_qwen2(path, tokenizer, down="Q3_K", ff=256)
     with pytest.raises(QuantizationUnsupported, match="Q4_1") as err:
         load_model(str(path))
-    assert err.value.qtype == "Q6_K"
+    assert err.value.qtype == "Q3_K" and "quantized=False" in str(err.value)
     loaded = load_model(str(path), quantized=False)  # gguf dequantizes it, as transformers does
     assert loaded.runtime.forward(torch.tensor([[1, 2, 3]])).isfinite().all()

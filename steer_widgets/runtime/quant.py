@@ -1,5 +1,12 @@
 """GGUF quantized matrices read as they ship, by the native kernel.
 
+Types read: ``Q4_0``, ``Q4_1``, ``Q5_0``, ``Q5_1``, ``Q8_0`` (32-weight blocks) and the
+K-quants ``Q4_K``, ``Q5_K``, ``Q6_K`` (256-weight super-blocks): with ``Q8_0``, every tensor
+of a ``Q4_K_M``, ``Q5_K_M`` or ``Q6_K`` file, the ``Q5_0`` fallbacks llama.cpp writes for rows
+that are not a multiple of 256 included. Any other type is refused by name
+(``QuantizationUnsupported``), saying that ``load_model(path, quantized=False)`` reads it
+dequantized by gguf, at float32's size.
+
 A 135M model's GGUF holds its matrices as 4-bit (``Q4_1``) and 8-bit (``Q8_0``) blocks: 97 MB,
 against 538 MB once dequantized to float32. A decode step reads every weight once, so
 reading the blocks instead of their float32 copy reads 5x fewer bytes per token. The kernel
@@ -12,6 +19,13 @@ Blocks are repacked once at load (``pack``): per 16 output columns and 32 k, the
 the 16 mins (``Q4_1``) and the 16 columns' codes, 16 bytes per load (one k of 8-bit codes,
 two k of 4-bit ones), so the inner loop streams them in order as the float32 kernel streams
 its [N/16, K, 16] lines.
+
+``Q5_0``, ``Q5_1`` and the K-quants are packed "wide": their sub-block scales and offsets are
+computed at load with gguf's float32 operations (``d * sc``, ``dmin * m``: exact products)
+and stored as float32 lines, so the kernel's inner loop does the one multiply (and add) that
+remains per weight; then the low nibbles as the 4-bit types', then the high bits (one or
+two per weight) eight or four k per byte. K-quant scales are per 32 k (``Q6_K``: per 16 k, two
+lines per group), so every type streams the same 16-column, 32-k groups.
 """
 
 from __future__ import annotations
@@ -27,19 +41,126 @@ from ..errors import QuantizationUnsupported
 from . import native
 
 BLOCK = native.BLOCK  # output columns per packed group
-QK = 32  # weights per GGUF block along k
-# ggml type name -> (type id, bytes per 32-weight GGUF block)
-TYPES = {"Q4_0": (2, 18), "Q4_1": (3, 20), "Q8_0": (8, 34)}
+QK = 32  # weights per packed group along k (and per GGUF block of the 32-weight types)
+QK_K = 256  # weights per K-quant super-block
+# ggml type name -> (type id, bytes per GGUF block of WEIGHTS[name] weights)
+TYPES = {
+    "Q4_0": (2, 18),
+    "Q4_1": (3, 20),
+    "Q5_0": (6, 22),
+    "Q5_1": (7, 24),
+    "Q8_0": (8, 34),
+    "Q4_K": (12, 144),
+    "Q5_K": (13, 176),
+    "Q6_K": (14, 210),
+}
+WEIGHTS = {name: QK_K if name.endswith("_K") else QK for name in TYPES}
 SUPPORTED = tuple(TYPES)
+WIDE = ("Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K")  # packed with float32 scales
+# byte offsets of each block's f16 factors (scale d, then min or dmin): what a test varies
+HALVES = {"Q4_0": (0,), "Q4_1": (0, 2), "Q5_0": (0,), "Q5_1": (0, 2), "Q8_0": (0,),
+          "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,)}  # fmt: skip
 
 
 def type_name(qtype: int | str) -> str:
-    """``"Q4_1"`` for 3 or "Q4_1"; a named error listing the supported types otherwise."""
+    """``"Q4_1"`` for 3 or "Q4_1"; otherwise a named error listing the supported types and
+    the way to read the file anyway (gguf dequantizes every type it knows)."""
     for name, (tid, _) in TYPES.items():
         if qtype in (name, tid):
             return name
     supported = ", ".join(SUPPORTED)
-    raise QuantizationUnsupported(str(qtype), f"not read here; supported: {supported}, F32, F16")
+    raise QuantizationUnsupported(
+        str(qtype),
+        f"not read here; supported: {supported}, F32, F16. "
+        "sw.Engine(sw.load_model(path, quantized=False)) reads it dequantized to float32 "
+        "(4-8x the memory)",
+    )
+
+
+def _halves(a: np.ndarray) -> np.ndarray:
+    """[..., 2] uint8 little-endian f16 -> [...] float32 (exact)."""
+    return np.ascontiguousarray(a).view("<f2")[..., 0].astype(np.float32)
+
+
+def _low_high(ql: np.ndarray, hbits: np.ndarray, bits: int) -> np.ndarray:
+    return (ql & 0x0F) | ((hbits & ((1 << bits) - 1)) << 4)
+
+
+def _decode_32(blocks: np.ndarray, name: str) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+    """Q5_0 / Q5_1 blocks [n, G, bytes] -> scales [n, G, 1], offsets [n, G] or None, codes
+    [n, G, 32] (unsigned 5-bit), as gguf's ``Q5_0``/``Q5_1.dequantize_blocks`` read them."""
+    at = 4 if name == "Q5_1" else 2
+    d = _halves(blocks[..., 0:2])
+    m = _halves(blocks[..., 2:4]) if name == "Q5_1" else None
+    qh = np.ascontiguousarray(blocks[..., at : at + 4]).view("<u4")
+    qs = blocks[..., at + 4 :]
+    ql = np.concatenate([qs & 0x0F, qs >> 4], axis=-1)
+    high = (qh >> np.arange(32, dtype=np.uint32)).astype(np.uint8)
+    return d[..., None], m, _low_high(ql, high, 1)
+
+
+def _decode_k(blocks: np.ndarray, name: str) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
+    """K-quant super-blocks [n, S, bytes] -> per 32-k group scales [n, 8S, subs], offsets
+    [n, 8S] or None, codes [n, 8S, 32] (unsigned), with gguf's float32 products."""
+    from gguf.quants import Q4_K
+
+    n, sb = blocks.shape[:2]
+    if name == "Q6_K":
+        ql, qh = blocks[..., :128], blocks[..., 128:192]
+        scales = blocks[..., 192:208].view(np.int8).astype(np.float32)
+        d = _halves(blocks[..., 208:210])
+        s = (d[..., None] * scales).reshape(n, sb * 8, 2)
+        low = (ql.reshape(n, sb, 2, 1, 64) >> np.array([0, 4], np.uint8)[:, None]) & 0x0F
+        high = qh.reshape(n, sb, 2, 1, 32) >> np.array([0, 2, 4, 6], np.uint8)[:, None]
+        codes = _low_high(low.reshape(n, sb * 8, 32), high.reshape(n, sb * 8, 32), 2)
+        return s, None, codes
+    d, dmin = _halves(blocks[..., 0:2]), _halves(blocks[..., 2:4])
+    sc, mn = (a.reshape(n, sb, 8) for a in Q4_K.get_scale_min(blocks[..., 4:16].reshape(-1, 12)))
+    s = d[..., None] * sc.astype(np.float32)
+    o = -(dmin[..., None] * mn.astype(np.float32))
+    qs = blocks[..., -128:].reshape(n, sb, 4, 1, 32) >> np.array([0, 4], np.uint8)[:, None]
+    codes = (qs & 0x0F).reshape(n, sb, 8, 32)
+    if name == "Q5_K":
+        qh = blocks[..., 16:48].reshape(n, sb, 1, 32) >> np.arange(8, dtype=np.uint8)[:, None]
+        codes = _low_high(codes, qh, 1)
+    return s.reshape(n, sb * 8, 1), o.reshape(n, sb * 8), codes.reshape(n, sb * 8, 32)
+
+
+def _pack_wide(raw: np.ndarray, name: str) -> np.ndarray:
+    """Rows of a wide type's GGUF blocks -> [nb, G, group bytes]: scales, offsets, nibbles,
+    high bits (``csrc/quant_linear.cpp`` reads this layout)."""
+    _, size = TYPES[name]
+    blocks = raw.reshape(raw.shape[0], -1, size)
+    decode = _decode_k if name.endswith("_K") else _decode_32
+    s, o, codes = decode(blocks, name)
+    for what, a in (("scale", s), ("min", o)):  # d*sc, dmin*m: inf or NaN only from the halves
+        if a is not None and not np.isfinite(a).all():
+            raise _undefined(name, what)
+    n, groups = codes.shape[:2]
+    pad = -n % BLOCK
+    nb = (n + pad) // BLOCK
+
+    def per_group(a: np.ndarray) -> np.ndarray:  # [N, G, ...] -> [nb, G, 16, ...], padded
+        a = np.pad(a, [(0, pad)] + [(0, 0)] * (a.ndim - 1))
+        return np.swapaxes(a.reshape(nb, BLOCK, groups, *a.shape[2:]), 1, 2)
+
+    def raw_bytes(a: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(a).view(np.uint8).reshape(nb, groups, -1)
+
+    parts = [raw_bytes(np.swapaxes(per_group(s), 2, 3))]  # [nb, G, subs, 16] float32
+    if o is not None:
+        parts.append(raw_bytes(per_group(o)))
+    lines = np.swapaxes(per_group(codes), 2, 3)  # [nb, G, 32 (k), 16 (column)]
+    parts.append(raw_bytes((lines[..., 0::2, :] & 0x0F) | ((lines[..., 1::2, :] & 0x0F) << 4)))
+    bits = {"Q4_K": 0, "Q6_K": 2}.get(name, 1)
+    if bits:
+        per = 8 // bits  # k per byte, from the low bits up
+        high = (lines >> 4).reshape(nb, groups, QK // per, per, BLOCK)
+        packed = np.zeros(high.shape[:3] + (BLOCK,), np.uint8)
+        for j in range(per):
+            packed |= high[..., j, :] << (bits * j)
+        parts.append(raw_bytes(packed))
+    return np.concatenate(parts, axis=-1)
 
 
 def _split(raw: np.ndarray, name: str) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
@@ -58,9 +179,13 @@ def _split(raw: np.ndarray, name: str) -> tuple[np.ndarray, np.ndarray | None, n
     return d, m, codes
 
 
+def _undefined(name: str, what: str) -> QuantizationUnsupported:
+    return QuantizationUnsupported(name, f"a block's {what} is inf or NaN (weights undefined)")
+
+
 def _check_scales(scales: np.ndarray, name: str, what: str) -> None:
     if (((scales >> 10) & 0x1F) == 0x1F).any():
-        raise QuantizationUnsupported(name, f"a block's {what} is inf or NaN (weights undefined)")
+        raise _undefined(name, what)
 
 
 CHUNK = 64  # column blocks packed at a time: a vocabulary-sized matrix needs no 3x copy
@@ -74,17 +199,23 @@ def pack(raw: np.ndarray, qtype: int | str) -> Tensor:
     name = type_name(qtype)
     _, size = TYPES[name]
     n = raw.shape[0]
-    nb, groups = -(-n // BLOCK), raw.shape[1] // size
+    nb, groups = -(-n // BLOCK), raw.shape[1] // size * WEIGHTS[name] // QK
     out = torch.empty(nb, groups, _group_bytes(name), dtype=torch.uint8)
     view = out.numpy()
+    pack_rows = _pack_wide if name in WIDE else _pack_blocks
     for b in range(0, nb, CHUNK):
         rows = raw[b * BLOCK : (b + CHUNK) * BLOCK]
-        view[b : b + CHUNK] = _pack_blocks(np.ascontiguousarray(rows, dtype=np.uint8), name)
+        view[b : b + CHUNK] = pack_rows(np.ascontiguousarray(rows, dtype=np.uint8), name)
     return out
 
 
 def _group_bytes(name: str) -> int:
-    """Bytes per 16 columns x 32 k: the 16 scales, the 16 mins (Q4_1), the codes."""
+    """Bytes per 16 columns x 32 k (``quant_group_bytes`` in ``csrc/kernels.h``): the 16
+    scales (f16; float32 for the wide types, two lines for Q6_K), the 16 mins or offsets, the
+    codes (wide types: nibbles, then one or two high bits per weight)."""
+    wide = {"Q5_0": 384, "Q5_1": 448, "Q4_K": 384, "Q5_K": 448, "Q6_K": 512}
+    if name in wide:
+        return wide[name]
     return 32 * (2 if name == "Q4_1" else 1) + (16 * QK if name == "Q8_0" else 8 * QK)
 
 
@@ -165,7 +296,8 @@ class QuantLinear:
     ) -> None:
         self.qtype_name = type_name(qtype)
         self.qtype, block_bytes = TYPES[self.qtype_name]
-        if in_features % QK or raw.shape[1] != in_features // QK * block_bytes:
+        weights = WEIGHTS[self.qtype_name]
+        if in_features % weights or raw.shape[1] != in_features // weights * block_bytes:
             raise QuantizationUnsupported(
                 self.qtype_name, f"rows of {raw.shape[1]} bytes do not hold {in_features} weights"
             )

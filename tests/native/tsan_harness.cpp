@@ -46,14 +46,16 @@ std::vector<float> randn(std::mt19937& rng, size_t n) {
   return v;
 }
 
-// finite f16 scales (exponent below 31), random codes
+// finite scales (f16: exponent below 31; the wide types' float32 ones below 2), random codes
 std::vector<uint8_t> quant_blocks(std::mt19937& rng, int64_t N, int64_t K, int64_t qtype) {
   const int64_t blocks = (N + 15) / 16, groups = K / sw::kQK, G = sw::quant_group_bytes(qtype);
   std::vector<uint8_t> out(static_cast<size_t>(blocks * groups * G));
   for (auto& b : out) b = static_cast<uint8_t>(rng());
-  const int64_t scale_bytes = qtype == sw::kQ4_1 ? 64 : 32;
+  const bool wide = qtype != sw::kQ4_0 && qtype != sw::kQ4_1 && qtype != sw::kQ8_0;
+  const int64_t scale_bytes = wide ? (qtype == sw::kQ5_0 ? 64 : 128) : qtype == sw::kQ4_1 ? 64 : 32;
+  const int64_t step = wide ? 4 : 2;  // the byte holding the exponent's top bits
   for (int64_t g = 0; g < blocks * groups; ++g)
-    for (int64_t i = 0; i < scale_bytes; i += 2) out[g * G + i + 1] &= 0x3b;  // exponent < 31
+    for (int64_t i = 0; i < scale_bytes; i += step) out[g * G + i + step - 1] &= wide ? 0x3f : 0x3b;
   return out;
 }
 
@@ -84,7 +86,8 @@ std::vector<Case> build(std::mt19937& rng) {
         c.w = randn(rng, (N + 15) / 16 * 16 * K);
         if (M % 2) c.bias = randn(rng, N);
         cases.push_back(std::move(c));
-        for (int64_t qtype : {sw::kQ4_0, sw::kQ4_1, sw::kQ8_0}) {
+        for (int64_t qtype : {sw::kQ4_0, sw::kQ4_1, sw::kQ8_0, sw::kQ5_0, sw::kQ5_1, sw::kQ4_K,
+                              sw::kQ5_K, sw::kQ6_K}) {
           Case q{"quant" + std::to_string(qtype) + " " + std::to_string(M) + "x" +
                      std::to_string(K) + "->" + std::to_string(N),
                  1, M, K, N, qtype};

@@ -13,6 +13,17 @@
 // significand times an integer of at most 8 bits, far from overflow and underflow), so
 // Q4_1's (d * q) + m rounds once whether the add is separate or fused: the vector paths
 // fuse it (one instruction less per weight line), the scalar one keeps numpy's two steps.
+//
+// Q5_0, Q5_1 and the K-quants (Q4_K, Q5_K: 256-weight super-blocks of eight 32-weight
+// sub-blocks, 6-bit scales and mins under two f16 factors; Q6_K: sixteen 16-weight
+// sub-blocks, int8 scales under one f16 factor) are "wide": quant.py computes each
+// sub-block's float32 scale s and offset o at load exactly as gguf.quants does (d * sc,
+// dmin * m: exact products) and packs, per 16 columns and 32 k, the 16 scales (Q6_K: two
+// lines, for k 0-15 and 16-31), the 16 offsets (Q5_1's min m; the K-quants' -(dmin * m)),
+// 16 loads of low nibbles as the 4-bit types', then the high bits: one 16-byte load per 8 k
+// (one bit each) or per 4 k (Q6_K's two), column i in byte i, k ascending from the low bit.
+// A weight is s * (q - bias), or s * q + o: gguf's (d * q) + m and d * q - dm, whose product
+// is exact (at most 23 significant bits), so the fused form rounds once as numpy's two steps.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -35,6 +46,15 @@ namespace {
 constexpr int64_t kQPrefetch = 1;
 
 constexpr int64_t scale_bytes(int64_t t) { return t == kQ4_1 ? 64 : 32; }
+
+// the wide types' layout (see the top of this file)
+constexpr bool wide(int64_t t) { return t == kQ5_0 || t == kQ5_1 || t >= kQ4_K; }
+constexpr int64_t subs(int64_t t) { return t == kQ6_K ? 2 : 1; }  // scale lines per group
+constexpr bool has_offset(int64_t t) { return t == kQ5_1 || t == kQ4_K || t == kQ5_K; }
+constexpr int64_t hi_bits(int64_t t) { return t == kQ6_K ? 2 : t == kQ4_K ? 0 : 1; }
+constexpr int32_t code_bias(int64_t t) { return t == kQ5_0 ? 16 : t == kQ6_K ? 32 : 0; }
+constexpr int64_t nibbles_at(int64_t t) { return 64 * subs(t) + (has_offset(t) ? 64 : 0); }
+constexpr int64_t high_at(int64_t t) { return nibbles_at(t) + 8 * kQK; }
 constexpr int64_t lines_per_load(int64_t t) { return t == kQ8_0 ? 1 : 2; }  // 16 bytes each
 constexpr int64_t group_bytes(int64_t t) { return quant_group_bytes(t); }
 
@@ -60,7 +80,29 @@ inline float code(int64_t t, const uint8_t* codes, int64_t kk, int64_t i) {
   return static_cast<float>(t == kQ4_0 ? q - 8 : q);
 }
 
+// a wide type's code of column i at k = kk, its bias subtracted
+inline float wide_code(int64_t t, const uint8_t* group, int64_t kk, int64_t i) {
+  int q = (group[nibbles_at(t) + kk / 2 * 16 + i] >> (kk % 2 * 4)) & 0x0f;
+  const int64_t h = hi_bits(t);
+  if (h > 0) {
+    const int64_t per = 8 / h;  // k per byte
+    const int high = group[high_at(t) + kk / per * 16 + i] >> (kk % per * h);
+    q |= (high & ((1 << h) - 1)) << 4;
+  }
+  return static_cast<float>(q - code_bias(t));
+}
+
+inline float wide_one(int64_t t, const uint8_t* group, int64_t kk, int64_t i) {
+  float s, o;
+  std::memcpy(&s, group + (subs(t) == 2 && kk >= 16 ? 64 : 0) + 4 * i, 4);
+  const float q = wide_code(t, group, kk, i);
+  if (!has_offset(t)) return q * s;
+  std::memcpy(&o, group + 64 * subs(t) + 4 * i, 4);
+  return s * q + o;  // no contraction: -ffp-contract=off
+}
+
 inline float dequant_one(int64_t t, const uint8_t* group, int64_t kk, int64_t i) {
+  if (wide(t)) return wide_one(t, group, kk, i);
   uint16_t h[2];
   std::memcpy(&h[0], group + 2 * i, 2);
   const float d = half_to_float(h[0]);
@@ -71,7 +113,7 @@ inline float dequant_one(int64_t t, const uint8_t* group, int64_t kk, int64_t i)
 }
 
 struct Scales {
-  Vec d, m;
+  Vec d, m, d2;  // scales, mins or offsets, Q6_K's scales of k 16-31
 };
 
 #if defined(__AVX512F__)
@@ -96,6 +138,32 @@ inline void dequant(const uint8_t* p, const Scales& s, Vec* out) {
     const __m512i b = _mm512_cvtepu8_epi32(v);
     out[0] = scaled<T>(_mm512_and_si512(b, _mm512_set1_epi32(0x0f)), s);
     out[1] = scaled<T>(_mm512_srli_epi32(b, 4), s);
+  }
+}
+inline __m512i bytes16(const uint8_t* p) {
+  return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+// a wide type's two weight lines of k = kk and kk + 1
+template <int64_t T>
+inline void dequant_wide(const uint8_t* grp, int64_t kk, const Scales& s, Vec* out) {
+  constexpr int64_t H = hi_bits(T);
+  const __m512i nib = bytes16(grp + nibbles_at(T) + kk / 2 * 16);
+  __m512i q[2] = {_mm512_and_si512(nib, _mm512_set1_epi32(0x0f)), _mm512_srli_epi32(nib, 4)};
+  if constexpr (H > 0) {
+    const __m512i high = bytes16(grp + high_at(T) + kk / (8 / H) * 16);
+    for (int j = 0; j < 2; ++j) {
+      const __m128i shift = _mm_cvtsi32_si128(static_cast<int>((kk % (8 / H) + j) * H));
+      const __m512i h = _mm512_and_si512(_mm512_srl_epi32(high, shift),
+                                         _mm512_set1_epi32((1 << H) - 1));
+      q[j] = _mm512_or_si512(q[j], _mm512_slli_epi32(h, 4));
+    }
+  }
+  const __m512 sc = subs(T) == 2 && kk >= 16 ? s.d2.v : s.d.v;
+  for (int j = 0; j < 2; ++j) {
+    if constexpr (code_bias(T) != 0) q[j] = _mm512_sub_epi32(q[j], _mm512_set1_epi32(code_bias(T)));
+    const __m512 f = _mm512_cvtepi32_ps(q[j]);
+    if constexpr (has_offset(T)) out[j] = {_mm512_fmadd_ps(sc, f, s.m.v)};
+    else out[j] = {_mm512_mul_ps(f, sc)};
   }
 }
 #elif defined(__AVX2__) && defined(__FMA__)
@@ -139,6 +207,42 @@ inline void dequant(const uint8_t* p, const Scales& s, Vec* out) {
     out[1] = scaled<T>(_mm256_srli_epi32(a, 4), _mm256_srli_epi32(b, 4), s);
   }
 }
+inline __m256i bytes8(const uint8_t* p) {
+  return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+}
+// eight columns of a wide type's line j (k = kk + j), from their nibble and high bytes
+template <int64_t T>
+inline __m256 wide_half(__m256i nib, __m256i high, int64_t kk, int j, __m256 sc, __m256 o) {
+  constexpr int64_t H = hi_bits(T);
+  __m256i q = j ? _mm256_srli_epi32(nib, 4) : _mm256_and_si256(nib, _mm256_set1_epi32(0x0f));
+  if constexpr (H > 0) {
+    const __m128i shift = _mm_cvtsi32_si128(static_cast<int>((kk % (8 / H) + j) * H));
+    const __m256i h =
+        _mm256_and_si256(_mm256_srl_epi32(high, shift), _mm256_set1_epi32((1 << H) - 1));
+    q = _mm256_or_si256(q, _mm256_slli_epi32(h, 4));
+  }
+  if constexpr (code_bias(T) != 0) q = _mm256_sub_epi32(q, _mm256_set1_epi32(code_bias(T)));
+  const __m256 f = _mm256_cvtepi32_ps(q);
+  if constexpr (has_offset(T)) return _mm256_fmadd_ps(sc, f, o);
+  else return _mm256_mul_ps(f, sc);
+}
+// a wide type's two weight lines of k = kk and kk + 1
+template <int64_t T>
+inline void dequant_wide(const uint8_t* grp, int64_t kk, const Scales& s, Vec* out) {
+  constexpr int64_t H = hi_bits(T);
+  const uint8_t* n = grp + nibbles_at(T) + kk / 2 * 16;
+  const __m256i na = bytes8(n), nb = bytes8(n + 8);
+  __m256i ha = _mm256_setzero_si256(), hb = _mm256_setzero_si256();
+  if constexpr (H > 0) {
+    const uint8_t* h = grp + high_at(T) + kk / (8 / H) * 16;
+    ha = bytes8(h);
+    hb = bytes8(h + 8);
+  }
+  const Vec& sc = subs(T) == 2 && kk >= 16 ? s.d2 : s.d;
+  for (int j = 0; j < 2; ++j)
+    out[j] = {wide_half<T>(na, ha, kk, j, sc.lo, s.m.lo),
+              wide_half<T>(nb, hb, kk, j, sc.hi, s.m.hi)};
+}
 #else
 inline Vec halves(const uint8_t* p) {
   Vec v;
@@ -157,10 +261,32 @@ inline void dequant(const uint8_t* p, const Scales& s, Vec* out) {
       out[j].f[i] = T == kQ4_1 ? dq + s.m.f[i] : dq;
     }
 }
+// a wide type's two weight lines of k = kk and kk + 1
+template <int64_t T>
+inline void dequant_wide(const uint8_t* grp, int64_t kk, const Scales& s, Vec* out) {
+  const Vec& sc = subs(T) == 2 && kk >= 16 ? s.d2 : s.d;
+  for (int64_t j = 0; j < 2; ++j)
+    for (int64_t i = 0; i < kBlock; ++i) {
+      const float q = wide_code(T, grp, kk + j, i);
+      out[j].f[i] = has_offset(T) ? sc.f[i] * q + s.m.f[i] : q * sc.f[i];
+    }
+}
 #endif
 
 inline Scales scales_of(int64_t t, const uint8_t* group) {
-  return {halves(group), t == kQ4_1 ? halves(group + 32) : zero()};
+  if (wide(t)) {  // float32 lines (a group's bytes are a multiple of 64: aligned)
+    const float* f = reinterpret_cast<const float*>(group);
+    return {load(f), has_offset(t) ? load(f + 16 * subs(t)) : zero(),
+            subs(t) == 2 ? load(f + 16) : zero()};
+  }
+  return {halves(group), t == kQ4_1 ? halves(group + 32) : zero(), zero()};
+}
+
+// the lines_per_load(T) weight lines of a group from k = kk
+template <int64_t T>
+inline void dequant_at(const uint8_t* grp, int64_t kk, const Scales& s, Vec* out) {
+  if constexpr (wide(T)) dequant_wide<T>(grp, kk, s, out);
+  else dequant<T>(grp + scale_bytes(T) + kk / lines_per_load(T) * 16, s, out);
 }
 
 // R rows times C column blocks from block b, dequantizing each weight line once for all rows
@@ -168,7 +294,7 @@ inline Scales scales_of(int64_t t, const uint8_t* group) {
 template <int64_t T, int R, int C>
 void qtile(const float* x, const uint8_t* w, const float* bias, float* y, int64_t K, int64_t N,
            int64_t b) {
-  constexpr int64_t G = group_bytes(T), P = lines_per_load(T), S = scale_bytes(T);
+  constexpr int64_t G = group_bytes(T), P = lines_per_load(T);
   const int64_t groups = K / kQK;
   Vec acc[R][C];
   for (int r = 0; r < R; ++r)
@@ -183,7 +309,7 @@ void qtile(const float* x, const uint8_t* w, const float* bias, float* y, int64_
     }
     for (int64_t kk = 0; kk < kQK; kk += P) {
       Vec lines[C][P];
-      for (int c = 0; c < C; ++c) dequant<T>(grp[c] + S + kk / P * 16, s[c], lines[c]);
+      for (int c = 0; c < C; ++c) dequant_at<T>(grp[c], kk, s[c], lines[c]);
       for (int64_t j = 0; j < P; ++j) {  // k ascending, as the float32 kernel
         Vec wk[C];
         for (int c = 0; c < C; ++c) wk[c] = lines[c][j];
@@ -198,14 +324,14 @@ void qtile(const float* x, const uint8_t* w, const float* bias, float* y, int64_
 // many rows (prefill): the float32 tiles then run on it unchanged.
 template <int64_t T>
 void dequant_panel(const uint8_t* w, int64_t K, int64_t b, float* panel) {
-  constexpr int64_t G = group_bytes(T), P = lines_per_load(T), S = scale_bytes(T);
+  constexpr int64_t G = group_bytes(T), P = lines_per_load(T);
   const int64_t groups = K / kQK;
   for (int64_t g = 0; g < groups; ++g) {
     const uint8_t* grp = w + (b * groups + g) * G;
     const Scales s = scales_of(T, grp);
     for (int64_t kk = 0; kk < kQK; kk += P) {
       Vec v[P];
-      dequant<T>(grp + S + kk / P * 16, s, v);
+      dequant_at<T>(grp, kk, s, v);
       std::memcpy(panel + (g * kQK + kk) * kBlock, v, sizeof v);
     }
   }
@@ -277,9 +403,16 @@ void qlinear(const float* xp, const uint8_t* wp, const float* bp, float* yp, int
 void quant_linear(const float* x, const uint8_t* packed, const float* bias, float* y, int64_t M,
                   int64_t K, int64_t N, int64_t qtype, int64_t threads) {
   if (M == 0) return;
-  if (qtype == kQ4_1) qlinear<kQ4_1>(x, packed, bias, y, M, K, N, threads);
-  else if (qtype == kQ8_0) qlinear<kQ8_0>(x, packed, bias, y, M, K, N, threads);
-  else qlinear<kQ4_0>(x, packed, bias, y, M, K, N, threads);
+  switch (qtype) {
+    case kQ4_1: return qlinear<kQ4_1>(x, packed, bias, y, M, K, N, threads);
+    case kQ8_0: return qlinear<kQ8_0>(x, packed, bias, y, M, K, N, threads);
+    case kQ5_0: return qlinear<kQ5_0>(x, packed, bias, y, M, K, N, threads);
+    case kQ5_1: return qlinear<kQ5_1>(x, packed, bias, y, M, K, N, threads);
+    case kQ4_K: return qlinear<kQ4_K>(x, packed, bias, y, M, K, N, threads);
+    case kQ5_K: return qlinear<kQ5_K>(x, packed, bias, y, M, K, N, threads);
+    case kQ6_K: return qlinear<kQ6_K>(x, packed, bias, y, M, K, N, threads);
+    default: return qlinear<kQ4_0>(x, packed, bias, y, M, K, N, threads);
+  }
 }
 
 void quant_row(const uint8_t* packed, int64_t id, int64_t K, int64_t qtype, float* y) {

@@ -1,0 +1,261 @@
+"""K-quant files: Q5_0, Q5_1, Q4_K, Q5_K and Q6_K read by the native kernel, exactly.
+
+What llama.cpp's Q4_K_M, Q5_K_M and Q6_K files hold (with Q8_0, and Q5_0 where a row is not a
+multiple of 256). The dequantization equalities on random blocks, every type and every
+instruction-set path, are ``test_quantized.py``'s (its parametrisations cover every supported
+type); here a tiny Llama GGUF written with those types loads in the engine with the float32
+native path's logits on gguf's dequantized weights, transformers' greedy tokens, and batched
+rows equal to solo rows at 1 to 16 threads; any other type is refused by name and still reads
+dequantized."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from test_quantized import random_blocks, tokenizer_fields
+
+import steer_widgets as sw
+from steer_widgets.errors import QuantizationUnsupported
+from steer_widgets.runtime import gguf_model, native, quant
+from steer_widgets.runtime.model import load_model
+
+pytestmark = pytest.mark.skipif(native.extension() is None, reason="no C++ compiler here")
+
+ROOT = Path(__file__).resolve().parents[1]
+NEW = ("Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K")
+# per layer: (q/k/v, o, gate/up, down): every new type in both a square and a wide matrix
+LAYERS = [("Q5_0", "Q4_K", "Q5_K", "Q6_K"), ("Q5_1", "Q6_K", "Q4_K", "Q5_K")]
+
+
+def k_blocks(rng: np.random.Generator, shape: tuple[int, int], name: str, d: float) -> np.ndarray:
+    """Valid random GGUF rows of a K-quant (gguf cannot quantize these): random codes and
+    sub-block scales, f16 factors about ``d`` so that the weights stay near 0.1."""
+    _, size = quant.TYPES[name]
+    raw = rng.integers(0, 256, (shape[0], shape[1] // quant.QK_K, size), dtype=np.uint8)
+    for off in quant.HALVES[name]:
+        half = (np.abs(rng.standard_normal(raw.shape[:2])) * d).astype("<f2")
+        raw[..., off : off + 2] = half[..., None].view(np.uint8)
+    return raw.reshape(shape[0], -1)
+
+
+def write_tiny_llama(out: Path, tok: dict, d: int = 256, ff: int = 512) -> None:
+    """A 2-layer Llama GGUF whose matrices are Q5_0, Q5_1 (quantized by gguf), Q4_K, Q5_K and
+    Q6_K (blocks written as bytes), the embedding Q4_K and an untied Q6_K unembedding."""
+    import gguf
+    from gguf import GGMLQuantizationType as T
+
+    rng = np.random.default_rng(5)
+    nh, nkv, vocab = 4, 2, len(tok["tokens"])
+    hd = d // nh
+    w = gguf.GGUFWriter(str(out), "llama")
+    for add, value in ((w.add_block_count, len(LAYERS)), (w.add_context_length, 256),
+                       (w.add_embedding_length, d), (w.add_feed_forward_length, ff),
+                       (w.add_head_count, nh), (w.add_head_count_kv, nkv),
+                       (w.add_rope_dimension_count, hd), (w.add_rope_freq_base, 10000.0),
+                       (w.add_layer_norm_rms_eps, 1e-5), (w.add_tokenizer_model, "gpt2"),
+                       (w.add_tokenizer_pre, "smollm"), (w.add_token_list, tok["tokens"]),
+                       (w.add_token_types, tok["types"]), (w.add_token_merges, tok["merges"]),
+                       (w.add_bos_token_id, 1), (w.add_eos_token_id, 2)):  # fmt: skip
+        add(value)
+
+    def blocks(name: str, shape: tuple[int, int], qtype: str, scale: float = 0.1) -> None:
+        if qtype in ("Q5_0", "Q5_1"):
+            x = (rng.standard_normal(shape) * scale).astype(np.float32)
+            w.add_tensor(name, gguf.quants.quantize(x, T[qtype]), raw_dtype=T[qtype])
+        else:
+            d_of = {"Q4_K": 2e-4, "Q5_K": 1e-4, "Q6_K": 1e-4}[qtype] * scale / 0.1
+            w.add_tensor(name, k_blocks(rng, shape, qtype, d_of), raw_dtype=T[qtype])
+
+    def floats(name: str, n: int) -> None:
+        w.add_tensor(name, (1.0 + rng.standard_normal(n) * 0.1).astype(np.float32))
+
+    blocks("token_embd.weight", (vocab, d), "Q4_K", 0.5)
+    blocks("output.weight", (vocab, d), "Q6_K", 0.3)
+    floats("output_norm.weight", d)
+    for i, (qkv, o, gate_up, down) in enumerate(LAYERS):
+        p = f"blk.{i}."
+        floats(p + "attn_norm.weight", d)
+        floats(p + "ffn_norm.weight", d)
+        for part, rows in (("q", nh * hd), ("k", nkv * hd), ("v", nkv * hd)):
+            blocks(p + f"attn_{part}.weight", (rows, d), qkv)
+        blocks(p + "attn_output.weight", (d, nh * hd), o)
+        blocks(p + "ffn_gate.weight", (ff, d), gate_up)
+        blocks(p + "ffn_up.weight", (ff, d), gate_up)
+        blocks(p + "ffn_down.weight", (d, ff), down)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    """The tiny K-quant Llama, with its metadata converted into a cache of its own."""
+    folder = tmp_path_factory.mktemp("kquants")
+    path = folder / "tiny-kquants.gguf"
+    write_tiny_llama(path, tokenizer_fields())
+    return path
+
+
+@pytest.fixture
+def cache(tiny, monkeypatch) -> Path:
+    monkeypatch.setenv("STEER_WIDGETS_CACHE", str(tiny.parent / "cache"))
+    return tiny.parent / "cache"
+
+
+PROMPT = "The ocean is deep and"
+
+
+def test_every_new_type_is_read_as_blocks(tiny, cache):
+    runtime = load_model(str(tiny)).runtime
+    seen = {runtime.embed.qtype_name, runtime.unembed.qtype_name}
+    for layer in runtime.layers:
+        for attr in ("wqkv", "wo", "w_gate_up", "w_down"):
+            lin = getattr(layer, attr)
+            assert isinstance(lin, quant.QuantLinear), attr  # none fell back to float32
+            seen.add(lin.qtype_name)
+    assert seen == set(NEW)
+
+
+def test_logits_equal_the_float32_native_path(tiny, cache):
+    """``quantized=False``: gguf's dequantized weights through the float32 native kernel."""
+    q = sw.Engine(model=str(tiny), saes=[])
+    f = load_model(str(tiny), quantized=False).runtime
+    assert not isinstance(f.layers[0].wqkv, quant.QuantLinear)
+    ids = torch.tensor([q.tokenizer.encode(PROMPT).ids])
+    runtime = q.model.runtime
+    assert torch.equal(runtime.forward(ids), f.forward(ids))
+    caches = runtime.new_cache(1, ids.shape[1] + 8), f.new_cache(1, ids.shape[1] + 8)
+    step = ids
+    for _ in range(5):  # prefill, then decode steps
+        a, b = (
+            r.forward(step, c, last_only=True) for r, c in zip((runtime, f), caches, strict=True)
+        )
+        assert torch.equal(a, b)
+        step = a[:, -1].argmax(-1, keepdim=True)
+
+
+def test_greedy_tokens_equal_transformers_gguf_load(tiny, cache):
+    from transformers import AutoModelForCausalLM
+
+    hf = AutoModelForCausalLM.from_pretrained(tiny.parent, gguf_file=tiny.name, dtype=torch.float32)
+    engine = sw.Engine(model=str(tiny), saes=[])
+    ids = torch.tensor([engine.tokenizer.encode(PROMPT).ids])
+    with torch.no_grad():
+        logits = hf.eval()(ids).logits
+    assert (engine.model.runtime.forward(ids) - logits).abs().max() < 1e-3
+    n = 8
+    want = hf.generate(ids, max_new_tokens=n, min_new_tokens=n, do_sample=False)[0, ids.shape[1] :]
+    got = engine.generate(PROMPT, n_completion_tokens=n, temperature=0).token_ids
+    assert list(got) == want.tolist()
+
+
+ROWS = """
+import hashlib, json, sys, torch
+from steer_widgets.runtime.model import load_model
+torch.set_num_threads(int(sys.argv[2]))
+runtime = load_model(sys.argv[1]).runtime
+tokens = torch.randint(0, 49152, (13, 9), generator=torch.Generator().manual_seed(4))
+def run(rows):
+    cache = runtime.new_cache(rows.shape[0], 12)
+    out = [runtime.forward(rows[:, :6], cache)]
+    out += [runtime.forward(rows[:, t : t + 1], cache) for t in range(6, 9)]
+    return out
+exact, digest = True, hashlib.sha1()
+for n in (2, 5, 13):  # the wide, tile and panel paths of the products
+    together = run(tokens[:n])
+    for r in (0, n - 1):
+        alone = run(tokens[r : r + 1])
+        exact &= all(torch.equal(a[r : r + 1], b) for a, b in zip(together, alone))
+    for a in together:
+        digest.update(a.numpy().tobytes())
+print(json.dumps({"exact": bool(exact), "digest": digest.hexdigest()}))
+"""
+
+
+def test_rows_equal_solo_rows_at_every_thread_count(tiny, cache):
+    """Each count in a fresh process (a crash is a failure); 4-16 threads oversubscribe a
+    small machine, which only widens the windows a race needs."""
+    load_model(str(tiny))  # the metadata, converted once for the processes below
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    digests = {}
+    for threads in (1, 4, 8, 16):
+        proc = subprocess.run(
+            [sys.executable, "-c", ROWS, str(tiny), str(threads)],
+            env=env, capture_output=True, text=True, timeout=600, cwd=ROOT,
+        )  # fmt: skip
+        assert proc.returncode == 0, f"{threads} threads: {proc.stderr[-2000:]}"
+        report = json.loads(proc.stdout.strip().splitlines()[-1])
+        assert report["exact"], threads
+        digests[threads] = report["digest"]
+    assert len(set(digests.values())) == 1, digests  # the same bits at every count
+
+
+@pytest.mark.parametrize("name", NEW)
+@pytest.mark.parametrize("which", ["scale", "min"])
+def test_inf_and_nan_factors_are_refused_by_name(name, which):
+    offsets = quant.HALVES[name]
+    if which == "min" and len(offsets) == 1:
+        pytest.skip(f"{name} has no min")
+    k = quant.WEIGHTS[name] * 2
+    raw = random_blocks(name, 16, k).reshape(16, 2, -1)
+    off = offsets[0 if which == "scale" else 1]
+    raw[5, 1, off : off + 2] = np.array([0x7E00], dtype="<u2").view(np.uint8)  # NaN
+    with pytest.raises(QuantizationUnsupported, match=which) as err:
+        quant.QuantLinear(raw.reshape(16, -1), name, k)
+    assert err.value.qtype == name
+
+
+def other_types() -> list[str]:
+    """Every block type gguf dequantizes that the kernel does not read."""
+    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+    from gguf.quants import _type_traits
+
+    return [
+        t.name
+        for t in GGMLQuantizationType
+        if t in _type_traits and t in GGML_QUANT_SIZES and t.name not in quant.TYPES
+    ]
+
+
+def test_other_types_are_refused_and_read_dequantized(tmp_path):
+    """Each type gguf knows but the kernel does not: refused by name with the way out, and
+    that way (``read_tensors`` with ``blocks=False``, what ``quantized=False`` calls) gives
+    gguf's own float32 values."""
+    import gguf
+
+    names = other_types()
+    assert {"Q2_K", "Q3_K", "IQ4_XS", "BF16"} <= set(names)
+    rng = np.random.default_rng(0)
+    path = tmp_path / "types.gguf"
+    w = gguf.GGUFWriter(str(path), "llama")
+    raws = {}
+    for i, name in enumerate(names):
+        qtype = gguf.GGMLQuantizationType[name]
+        block, size = gguf.GGML_QUANT_SIZES[qtype]
+        raws[name] = rng.integers(0, 256, (4, 2 * size), dtype=np.uint8)
+        w.add_tensor(f"blk.{i}.ffn_down.weight", raws[name], raw_dtype=qtype)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    index = gguf_model.tensor_index(path)
+    with np.errstate(invalid="ignore", over="ignore"):  # random bytes: some NaN factors
+        state = gguf_model.read_tensors(path, (1, 1), index, blocks=False)
+    for i, name in enumerate(names):
+        with pytest.raises(QuantizationUnsupported, match="quantized=False") as err:
+            quant.type_name(name)
+        assert err.value.qtype == name
+        with np.errstate(invalid="ignore", over="ignore"):
+            want = gguf.quants.dequantize(raws[name], gguf.GGMLQuantizationType[name])
+        got = state[f"model.layers.{i}.mlp.down_proj.weight"].numpy()
+        assert np.array_equal(got.view(np.uint32), want.astype(np.float32).view(np.uint32)), name
+    with pytest.raises(QuantizationUnsupported, match=names[0]):
+        gguf_model.read_tensors(path, (1, 1), index, blocks=True)
