@@ -31,7 +31,8 @@ pytestmark = pytest.mark.skipif(native.extension() is None, reason="no C++ compi
 ROOT = Path(__file__).resolve().parents[1]
 NEW = ("Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K")
 # per layer: (q/k/v, o, gate/up, down): every new type in both a square and a wide matrix
-LAYERS = [("Q5_0", "Q4_K", "Q5_K", "Q6_K"), ("Q5_1", "Q6_K", "Q4_K", "Q5_K")]
+# (layer 1's v of another type than its q and k, as llama.cpp's Q4_K_M gives attn_v more bits)
+LAYERS = [("Q5_0", "Q4_K", "Q5_K", "Q6_K"), (("Q5_1", "Q5_1", "Q6_K"), "Q6_K", "Q4_K", "Q5_K")]
 
 
 def k_blocks(rng: np.random.Generator, shape: tuple[int, int], name: str, d: float) -> np.ndarray:
@@ -83,8 +84,9 @@ def write_tiny_llama(out: Path, tok: dict, d: int = 256, ff: int = 512) -> None:
         p = f"blk.{i}."
         floats(p + "attn_norm.weight", d)
         floats(p + "ffn_norm.weight", d)
-        for part, rows in (("q", nh * hd), ("k", nkv * hd), ("v", nkv * hd)):
-            blocks(p + f"attn_{part}.weight", (rows, d), qkv)
+        types = (qkv,) * 3 if isinstance(qkv, str) else qkv
+        for part, rows, qtype in zip("qkv", (nh * hd, nkv * hd, nkv * hd), types, strict=True):
+            blocks(p + f"attn_{part}.weight", (rows, d), qtype)
         blocks(p + "attn_output.weight", (d, nh * hd), o)
         blocks(p + "ffn_gate.weight", (ff, d), gate_up)
         blocks(p + "ffn_up.weight", (ff, d), gate_up)
@@ -119,9 +121,28 @@ def test_every_new_type_is_read_as_blocks(tiny, cache):
     for layer in runtime.layers:
         for attr in ("wqkv", "wo", "w_gate_up", "w_down"):
             lin = getattr(layer, attr)
-            assert isinstance(lin, quant.QuantLinear), attr  # none fell back to float32
-            seen.add(lin.qtype_name)
+            parts = lin.parts if isinstance(lin, quant.QuantParts) else [lin]
+            for part in parts:
+                assert isinstance(part, quant.QuantLinear), attr  # none fell back to float32
+                seen.add(part.qtype_name)
     assert seen == set(NEW)
+    mixed = runtime.layers[1].wqkv  # q and k Q5_1, v Q6_K: two products, joined
+    assert [p.qtype_name for p in mixed.parts] == ["Q5_1", "Q6_K"]
+    assert (
+        mixed.out_features == runtime.cfg.d_model + 2 * runtime.cfg.n_kv_heads * runtime.cfg.d_head
+    )
+
+
+def test_a_fused_matrix_of_two_types_equals_its_dequantized_rows(tiny, cache):
+    """``QuantParts``: the product, its rows (a backward's dense weight) and ``dense``."""
+    runtime = load_model(str(tiny)).runtime
+    f = load_model(str(tiny), quantized=False).runtime
+    mixed, dense = runtime.layers[1].wqkv, f.layers[1].wqkv
+    x = torch.randn(3, runtime.cfg.d_model, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(mixed(x), dense(x))
+    ids = torch.tensor([0, 5, mixed.parts[0].out_features, mixed.out_features - 1, 3])
+    assert torch.equal(mixed.rows(ids), mixed.dense()[ids])
+    assert mixed.nbytes() == sum(p.nbytes() for p in mixed.parts)
 
 
 def test_logits_equal_the_float32_native_path(tiny, cache):

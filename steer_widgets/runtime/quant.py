@@ -324,6 +324,55 @@ class QuantLinear:
         return self.packed.numel() + bias
 
 
+class QuantParts:
+    """Products of GGUF matrices of different types fused along the output, each part on its
+    own blocks, the outputs joined: a ``Q4_K_M`` file keeps q and k in one type and v in
+    another in half its layers (llama.cpp gives ``attn_v`` more bits), and dequantizing such a
+    fused matrix to float32 read 4x the bytes. Every output column is computed whole by its
+    part's kernel in the float32 kernel's order, so the join has the bits of one fused
+    product on the dequantized weights. ``QuantLinear``'s interface."""
+
+    kernel = "native"
+    element_size = 4
+
+    def __init__(self, parts: list[QuantWeight], bias: Tensor | None = None) -> None:
+        runs: list[list[QuantWeight]] = []  # neighbours of one type fuse: q and k, then v
+        for p in parts:
+            if runs and runs[-1][0].qtype == p.qtype:
+                runs[-1].append(p)
+            else:
+                runs.append([p])
+        fused = [QuantWeight.cat(run) for run in runs]
+        sizes = [w.out_features for w in fused]
+        biases = [None] * len(fused) if bias is None else list(torch.split(bias, sizes))
+        self.parts = [
+            QuantLinear(w.read(), w.qtype, w.in_features, bias=b)
+            for w, b in zip(fused, biases, strict=True)
+        ]
+        self.in_features, self.out_features = parts[0].in_features, sum(sizes)
+
+    def __call__(self, x: Tensor) -> Tensor:
+        return torch.cat([part(x) for part in self.parts], dim=-1)
+
+    def rows(self, ids: Tensor) -> Tensor:
+        """Rows ``ids`` of the fused ``W``, each from its part, dequantized: [..., in]."""
+        out = torch.empty(*ids.shape, self.in_features)
+        start = 0
+        for part in self.parts:
+            mine = (ids >= start) & (ids < start + part.out_features)
+            if bool(mine.any()):
+                out[mine] = part.rows(ids[mine] - start)
+            start += part.out_features
+        return out
+
+    def dense(self) -> Tensor:
+        """``W`` [out, in] float32, dequantized."""
+        return torch.cat([part.dense() for part in self.parts])
+
+    def nbytes(self) -> int:
+        return sum(part.nbytes() for part in self.parts)
+
+
 def dequantize(raw: np.ndarray, qtype: int | str) -> np.ndarray:
     """gguf's own float32 dequantization of ``raw`` (what transformers' loader returns)."""
     from gguf import GGMLQuantizationType

@@ -37,7 +37,7 @@ from . import native
 from .config import ACTIVATIONS, ROPE_TABLE, Rope, TransformerConfig
 from .linear import DEFAULT_KERNEL, Linear
 from .protocol import HOOK_KINDS, Hook, RowLengths
-from .quant import QuantLinear, QuantWeight
+from .quant import QuantLinear, QuantParts, QuantWeight
 
 # ---------------------------------------------------------------------------- weights
 
@@ -291,15 +291,19 @@ class Transformer:
             self._unembed_weight = self.unembed.dense()
         return self._unembed_weight
 
-    def _linear(self, state, names: Sequence[str], dev) -> Linear | QuantLinear:
+    def _linear(self, state, names: Sequence[str], dev) -> Linear | QuantLinear | QuantParts:
         parts = [state[n + ".weight"] for n in names]
         biases = [state.get(n + ".bias") for n in names]
         bias = torch.cat(biases) if all(b is not None for b in biases) else None
         if any(isinstance(p, QuantWeight) for p in parts):  # GGUF blocks: see quant.py
             fused = QuantWeight.cat(parts)
+            b = None if bias is None else bias.to(dtype=torch.float32)
             if fused is not None:
-                b = None if bias is None else bias.to(dtype=torch.float32)
                 return QuantLinear(fused.read(), fused.qtype, fused.in_features, bias=b)
+            if all(isinstance(p, QuantWeight) for p in parts) and (
+                len({p.in_features for p in parts}) == 1
+            ):  # q, k and v of two types
+                return QuantParts(parts, bias=b)
             parts = [p.dequantize() if isinstance(p, QuantWeight) else p for p in parts]
         weight = torch.cat(parts)
         return Linear(
