@@ -209,6 +209,9 @@ def test_a_vector_for_another_model_is_a_named_error(tiny, tmp_path):
     other = sw.save_vectors([sw.Vector(torch.ones(64), "blocks.1.hook_resid_post")], tmp_path / "g.gguf", model="gpt2")  # fmt: skip
     with pytest.raises(sw.VectorModelMismatch, match="'gpt2'.*'llama'"):
         sw.load_vectors(other, model=engine)
+    # repeng writes a Mistral model's own model_type; llama.cpp converts Mistral as "llama"
+    mistral = sw.save_vectors([sw.Vector(torch.ones(64), "blocks.1.hook_resid_post")], tmp_path / "m.gguf", model="mistral")  # fmt: skip
+    assert len(sw.load_vectors(mistral, model=engine)) == 1
 
 
 def test_engine_vectors_steer_as_the_request(tiny, tmp_path):

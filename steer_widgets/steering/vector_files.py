@@ -107,7 +107,10 @@ def save_vectors(
     hint = model if isinstance(model, str) else _architecture_of(fit)
     notes = warn_notes(getattr(vectors, "notes", {}), f"a {format} vector file")
     write = {"gguf": write_gguf, "neuronpedia": write_json, "safetensors": write_safetensors}
-    write[format](vectors_, path, hint or "unknown", notes)
+    try:
+        write[format](vectors_, path, hint or "unknown", notes)
+    except OSError as err:  # a read-only folder, a full disk: named, not raw
+        raise VectorError(str(path), f"could not be written: {err}") from None
     return path
 
 
@@ -143,15 +146,28 @@ def model_architecture(loaded) -> str | None:
         from ..runtime.model import DEFAULT_MODEL, gguf_path
 
         gguf = gguf_path() if name == DEFAULT_MODEL else None
-    return _gguf_string(gguf, "general.architecture") if gguf and gguf.is_file() else None
+    if gguf is None or not gguf.is_file():
+        return None
+    from ..runtime.gguf_model import INDEX, metadata_dir  # the load's cached index, no re-read
+
+    return json.loads((metadata_dir(gguf) / INDEX).read_text()).get("architecture")
 
 
 def _architecture_of(fit: ModelFit | None) -> str | None:
     return fit.architecture if fit is not None else None
 
 
+# one architecture under two names: llama.cpp converts transformers' Mistral models as
+# "llama", while repeng writes the model's own model_type ("mistral")
+HINT_ALIASES = {"mistral": "llama"}
+
+
 def _check_hint(hint: str | None, fit: ModelFit, where: str) -> None:
-    known = {h.lower() for h in (hint, fit.architecture) if h and h.lower() != "unknown"}
+    known = {
+        HINT_ALIASES.get(h.lower(), h.lower())
+        for h in (hint, fit.architecture)
+        if h and h.lower() != "unknown"
+    }
     if len(known) == 2:
         raise VectorModelMismatch(
             where, f"made for a {hint!r} model, but {fit.name} is a {fit.architecture!r}"
@@ -290,12 +306,6 @@ def _gguf_directions(path: Path) -> tuple[list[tuple[int, torch.Tensor]], str | 
     return out, _field_string(reader, f"{ARCH}.model_hint")
 
 
-def _gguf_string(path: Path, key: str) -> str | None:
-    from gguf import GGUFReader
-
-    return _field_string(GGUFReader(path), key)
-
-
 def _field_string(reader, key: str) -> str | None:
     field = reader.get_field(key)
     if field is None or not field.parts:
@@ -308,6 +318,8 @@ def _read_json(path: Path):
         return json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
         raise VectorError(str(path), f"is not JSON: {err}") from None
+    except OSError as err:
+        raise VectorError(str(path), f"could not be read: {err}") from None
 
 
 def _read_tensors(path: Path) -> Any:
@@ -408,7 +420,7 @@ def write_gguf(vectors: Sequence[Vector], path: Path, hint: str, notes: Mapping)
             f"{path.name}: direction.0 (the output of block 0) is read by repeng, but "
             "llama.cpp refuses a file that has it",
             VectorWarning,
-            stacklevel=3,
+            stacklevel=4,  # write_gguf, save_vectors, its checks.public wrapper, the caller
         )
     writer = GGUFWriter(str(path), ARCH)
     writer.add_string(f"{ARCH}.model_hint", hint)
@@ -449,8 +461,12 @@ def write_json(vectors: Sequence[Vector], path: Path, hint: str, notes: Mapping)
 
 def write_safetensors(vectors: Sequence[Vector], path: Path, hint: str, notes: Mapping) -> None:
     """A dict of hook -> ``strength * vector`` summed per hook (added at strength 1)."""
+    from safetensors import SafetensorError
     from safetensors.torch import save_file
 
     tensors = {h: t.contiguous() for h, t in summed_by(vectors, lambda v: v.hook).items()}
     meta = {"model_hint": hint, **{NOTE_KEY.format(k): json.dumps(v) for k, v in notes.items()}}
-    save_file(tensors, str(path), metadata=meta)
+    try:
+        save_file(tensors, str(path), metadata=meta)
+    except SafetensorError as err:  # its I/O failures, as the other writers' OSError
+        raise OSError(str(err)) from None

@@ -130,8 +130,12 @@ def summed_by(vectors: Sequence[Vector], key) -> dict:
     the vectors' order, as llama.cpp sums directions of one layer."""
     out: dict = {}
     for v in vectors:
-        k = key(v)
-        out[k] = added(v) if k not in out else out[k] + added(v)
+        k, x = key(v), added(v)
+        if k in out and out[k].numel() != x.numel():
+            raise VectorModelMismatch(
+                v.hook, f"is {x.numel()} wide, but a vector summed with it is {out[k].numel()}"
+            )
+        out[k] = x if k not in out else out[k] + x
     return out
 
 
@@ -179,12 +183,21 @@ def from_steering_vector(obj, n_layers: int | None, sandwich: bool) -> list[Vect
 
 
 @public
-def to_steering_vector(vectors: Sequence[Vector] | Vector):
+def to_steering_vector(vectors: Sequence[Vector] | Vector, model: Any = None):
     """steering-vectors' ``SteeringVector`` adding what ``vectors`` add (``strength *
     vector`` summed per layer), so ``with sv.apply(hf_model):`` steers a transformers model
     as our engine does. One layer type per SteeringVector: hooks of several kinds are
-    refused by name, as are hooks it has no layer type for."""
+    refused by name, as are hooks it has no layer type for. ``model`` (an Engine or a loaded
+    model): on one that norms attention and MLP outputs before the residual sum (Gemma),
+    ``hook_attn_out`` / ``hook_mlp_out`` are not its modules' outputs and are refused."""
     vectors_ = check_vectors(vectors)
+    if model is not None and getattr(_runtime_cfg(model), "sandwich_norms", False):
+        for i, v in enumerate(vectors_):
+            if hook_kind(v.hook) in ("hook_attn_out", "hook_mlp_out"):
+                raise VectorUnsupported(
+                    f"vectors[{i}]", f"the model norms the output at {v.hook} before the "
+                    "residual sum, so no steering-vectors module adds there"
+                )  # fmt: skip
     types = {_sv_layer(v, f"vectors[{i}]")[0] for i, v in enumerate(vectors_)}
     if len(types) > 1:
         raise VectorUnsupported(
@@ -199,6 +212,14 @@ def to_steering_vector(vectors: Sequence[Vector] | Vector):
         ) from None
     acts = summed_by(vectors_, lambda v: _sv_layer(v, v.hook)[1])
     return SteeringVector(layer_activations=dict(sorted(acts.items())), layer_type=types.pop())
+
+
+def _runtime_cfg(model):
+    """The runtime config of an Engine or a loaded model (a named error for anything else)."""
+    runtime = getattr(getattr(model, "model", model), "runtime", None)
+    if runtime is None:
+        raise VectorError("model", f"must be an Engine or a loaded model, got {model!r:.80}")
+    return runtime.cfg
 
 
 def _sv_layer(v: Vector, where: str) -> tuple[str, int]:
@@ -248,7 +269,7 @@ def warn_notes(notes: Mapping[str, Any], target: str) -> dict:
             f"{target} adds each vector at every position: {names} of the request cannot be "
             "applied there (recorded in the metadata where the format has some)",
             VectorWarning,
-            stacklevel=3,
+            stacklevel=4,  # warn_notes, the public function, its checks.public wrapper, caller
         )
     return said
 
@@ -285,7 +306,7 @@ def check_fit(
     both widths)."""
     for v in vectors:
         if v.hook not in widths:
-            layers = 1 + max((hook_layer(h) or 0) for h in widths)
+            layers = 1 + max((hook_layer(h) or 0 for h in widths), default=-1)
             raise VectorModelMismatch(
                 where, f"{v.hook} is not a hook of {model_name} ({layers} layers)"
             )

@@ -271,3 +271,54 @@ def test_request_vectors_are_what_simple_additive_adds():
         with pytest.raises(sw.VectorUnsupported, match=method) as err:
             request_vectors(request.with_(steer_method=method), [])
         assert err.value.source == "steer_method"
+
+
+def test_vectors_of_two_widths_at_one_layer_are_a_named_error(tmp_path):
+    """blocks.2.hook_resid_post and blocks.3.hook_resid_pre are one control-vector layer."""
+    two = [sw.Vector(vec(1, 4), "blocks.2.hook_resid_post"),
+           sw.Vector(vec(2, 5), "blocks.3.hook_resid_pre")]  # fmt: skip
+    with pytest.raises(sw.VectorModelMismatch, match="5 wide.*4"):
+        sw.save_vectors(two, tmp_path / "v.gguf")
+    with pytest.raises(sw.VectorModelMismatch, match="5 wide.*4"):
+        sw.to_steering_vector(two)
+    assert not (tmp_path / "v.gguf").exists()
+
+
+@pytest.mark.parametrize("fmt", ["gguf", "neuronpedia", "safetensors"])
+def test_a_file_that_cannot_be_written_is_a_named_error(fmt):
+    """/proc takes no new files, even from root: the OSError is named, not raised raw."""
+    suffix = {"gguf": ".gguf", "neuronpedia": ".json", "safetensors": ".safetensors"}[fmt]
+    path = f"/proc/steer-widgets-test{suffix}"
+    with pytest.raises(sw.VectorError, match="could not be written") as err:
+        sw.save_vectors([sw.Vector(vec(1), "blocks.2.hook_resid_post")], path, format=fmt)
+    assert err.value.source == path
+
+
+def test_a_warning_points_at_the_callers_line(tmp_path):
+    vectors = VectorList(
+        [sw.Vector(vec(1), "blocks.2.hook_resid_post")], {"prompt_multiplier": 2.0}
+    )
+    with pytest.warns(sw.VectorWarning) as seen:
+        sw.save_vectors(vectors, tmp_path / "v.gguf")
+    assert seen[0].filename == __file__
+    with pytest.warns(sw.VectorWarning) as seen:
+        sw.save_vectors([sw.Vector(vec(1), "blocks.0.hook_resid_post")], tmp_path / "z.gguf")
+    assert seen[0].filename == __file__
+
+
+def test_to_steering_vector_refuses_attention_outputs_a_model_norms():
+    """Gemma norms attention and MLP outputs before the residual sum: our hook_attn_out is
+    after that norm, steering-vectors' self_attn output before it."""
+    from types import SimpleNamespace
+
+    def model(sandwich: bool):
+        return SimpleNamespace(
+            runtime=SimpleNamespace(cfg=SimpleNamespace(sandwich_norms=sandwich))
+        )
+
+    attn = [sw.Vector(vec(1), "blocks.2.hook_attn_out")]
+    with pytest.raises(sw.VectorUnsupported, match="norms the output at blocks.2.hook_attn_out"):
+        sw.to_steering_vector(attn, model=model(True))
+    post = [sw.Vector(vec(1), "blocks.2.hook_resid_post")]
+    assert sw.to_steering_vector(post, model=model(True)).layer_type == "decoder_block"
+    assert sw.to_steering_vector(attn, model=model(False)).layer_type == "self_attn"
