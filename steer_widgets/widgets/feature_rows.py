@@ -11,9 +11,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import ipywidgets as widgets
-import torch
 
 from ..steering.requests import Feature, Vector
+from ..steering.vectors import added
 from .fields import widen
 
 STRENGTH_RANGE = 300.0  # the reference tools' slider range, where no typical norm is known
@@ -52,11 +52,6 @@ def _slider(strength: float, typical_norm: float | None = None) -> widgets.Float
     )
     slider.add_class("sw-strength")
     return slider
-
-
-def _added(v: Vector) -> torch.Tensor:
-    """What ``v`` adds at its hook: ``strength * vector``."""
-    return float(v.strength) * torch.as_tensor(v.vector, dtype=torch.float32)
 
 
 def _button(text: str, tip: str) -> widgets.Button:
@@ -124,7 +119,7 @@ class FeatureRows:
         strengths = {float(v.strength) for v in vectors}
         equal = len(strengths) == 1
         start = strengths.pop() if equal else 1.0
-        base = [Vector(v.vector if equal else _added(v), v.hook) for v in vectors]
+        base = [Vector(v.vector if equal else added(v), v.hook) for v in vectors]
         slider = _slider(start, norm)
         remove = _button("✕", "remove these vectors")
         hooks = f"{vectors[0].hook} and {len(vectors) - 1} more layers"
