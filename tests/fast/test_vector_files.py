@@ -33,6 +33,14 @@ def added(vectors) -> dict[str, torch.Tensor]:
     return out
 
 
+def finish(writer: GGUFWriter) -> None:
+    """What every GGUF writer here ends with, as the gguf package requires."""
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
 def write_raw(path, tensors: dict, hint: str | None = "llama", dtype=np.float32) -> None:
     """A control-vector GGUF written directly with the gguf package, as other tools do."""
     writer = GGUFWriter(str(path), "controlvector")
@@ -40,10 +48,7 @@ def write_raw(path, tensors: dict, hint: str | None = "llama", dtype=np.float32)
         writer.add_string("controlvector.model_hint", hint)
     for name, t in tensors.items():
         writer.add_tensor(name, np.asarray(t, dtype=dtype))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    finish(writer)
 
 
 def test_gguf_layout_is_what_llama_cpp_and_repeng_read(tmp_path):
@@ -322,3 +327,118 @@ def test_to_steering_vector_refuses_attention_outputs_a_model_norms():
     post = [sw.Vector(vec(1), "blocks.2.hook_resid_post")]
     assert sw.to_steering_vector(post, model=model(True)).layer_type == "decoder_block"
     assert sw.to_steering_vector(attn, model=model(False)).layer_type == "self_attn"
+
+
+def fake_model(tmp_path, name: str, model_type: str, hub_id: str | None = None, layers: int = 4):
+    """A loaded model as ``load_vectors(model=)`` reads it: its name and hub id, hook widths,
+    depth, and the ``model_type`` of its folder's config.json."""
+    from types import SimpleNamespace
+
+    folder = tmp_path / f"model-{model_type}"
+    folder.mkdir(exist_ok=True)
+    (folder / "config.json").write_text(json.dumps({"model_type": model_type}))
+    hooks = ("hook_resid_pre", "hook_resid_post", "hook_attn_out", "hook_mlp_out")
+    widths = {f"blocks.{k}.{h}": W for k in range(layers) for h in hooks}
+    runtime = SimpleNamespace(cfg=SimpleNamespace(n_layers=layers), hook_widths=lambda: widths)
+    return SimpleNamespace(name=name, hub_id=hub_id, runtime=runtime, source_dir=folder)
+
+
+def write_dialz(path, model_type: str, directions: dict) -> None:
+    """As dialz 1.1.4's ``SteeringVector.export_gguf`` writes (dialz/vector.py, PyPI wheel
+    dialz-1.1.4)::
+
+        arch = "steeringvector"
+        writer = gguf.GGUFWriter(path, arch)
+        writer.add_string(f"{arch}.model_hint", self.model_type)
+        writer.add_uint32(f"{arch}.layer_count", len(self.directions))
+        for layer in self.directions.keys():
+            writer.add_tensor(f"direction.{layer}", self.directions[layer])
+
+    ``model_type`` is ``model.config.model_type``; ``directions[layer]`` is float32 (PCA
+    components or a mean difference ``.astype(np.float32)``) read at
+    ``hidden_states[layer + 1]``, the output of ``model.layers[layer]``, and
+    ``SteeringModel.set_control(v, scalar)`` adds ``scalar * directions[layer]`` to that
+    layer's output."""
+    arch = "steeringvector"
+    writer = GGUFWriter(str(path), arch)
+    writer.add_string(f"{arch}.model_hint", model_type)
+    writer.add_uint32(f"{arch}.layer_count", len(directions))
+    for layer in directions.keys():
+        writer.add_tensor(f"direction.{layer}", directions[layer])
+    finish(writer)
+
+
+def write_easysteer(path, directions: dict, model_type: str = "unknown") -> None:
+    """As EasySteer's ``StatisticalControlVector.export_gguf`` writes (easysteer/steer/
+    utils.py, ZJU-REAL/EasySteer at 312c6d87166221ef54e372cf0c31d545d6b2a176)::
+
+        arch = "controlvector"
+        writer = gguf.GGUFWriter(path, arch)
+        writer.add_string(f"{arch}.model_hint", self.model_type)
+        writer.add_string(f"{arch}.method", self.method)
+        writer.add_uint32(f"{arch}.layer_count", len(self.directions))
+        # then each metadata value: int/float -> add_float32(f"{arch}.{key}"), str ->
+        # add_string, a dict -> add_float32(f"{arch}.{key}.{subkey}") per number
+        for layer in self.directions.keys():
+            writer.add_tensor(f"direction.{layer}", self.directions[layer])
+
+    ``model_type`` defaults to "unknown" ("Only echoed into the gguf model_hint field for
+    repeng compatibility"); the repo's own experiment files carry user labels ("qwen",
+    "qwen2.5"). Directions are ``direction.astype(np.float32)`` keyed by the decoder layer
+    whose output the vLLM fork (EasySteer-vllm-v1) hooks and adds ``scale * vector`` to."""
+    arch = "controlvector"
+    writer = GGUFWriter(str(path), arch)
+    writer.add_string(f"{arch}.model_hint", model_type)
+    writer.add_string(f"{arch}.method", "diffmean")
+    writer.add_uint32(f"{arch}.layer_count", len(directions))
+    metadata = {"normalize": True, "n_positive": 12, "n_negative": 12, "token_pos": -1,
+                "explained_variance": {"1": 0.5}}  # fmt: skip
+    for key, value in metadata.items():
+        if isinstance(value, (int, float)):
+            writer.add_float32(f"{arch}.{key}", float(value))
+        elif isinstance(value, dict):
+            for subkey, subvalue in value.items():
+                writer.add_float32(f"{arch}.{key}.{subkey}", float(subvalue))
+    for layer in directions.keys():
+        writer.add_tensor(f"direction.{layer}", directions[layer])
+    finish(writer)
+
+
+def test_dialz_files_land_at_the_layer_output_and_their_hint_is_checked(tmp_path):
+    dirs = {3: vec(1).numpy(), 1: vec(2).numpy()}  # dialz's default order: last layer first
+    write_dialz(tmp_path / "gemma.gguf", "gemma2", dirs)
+    llama = fake_model(tmp_path, "org/Tiny-Llama", "llama")
+    with pytest.raises(sw.VectorModelMismatch, match="'gemma2'.*'llama'") as err:
+        sw.load_vectors(tmp_path / "gemma.gguf", model=llama)
+    assert err.value.source == str(tmp_path / "gemma.gguf")
+    write_dialz(tmp_path / "llama.gguf", "llama", dirs)
+    got = sw.load_vectors(tmp_path / "llama.gguf", model=llama)
+    assert [v.hook for v in got] == ["blocks.1.hook_resid_post", "blocks.3.hook_resid_post"]
+    assert torch.equal(got[0].vector, vec(2)) and torch.equal(got[1].vector, vec(1))
+    assert [v.strength for v in got] == [1.0, 1.0]  # set_control's scalar is the scale
+
+
+def test_our_gguf_has_the_hint_dialz_import_gguf_requires(tmp_path):
+    """dialz 1.1.4's ``import_gguf`` warns on another architecture but raises without
+    ``steeringvector.model_hint``: ``modelf = reader.get_field("steeringvector.model_hint")
+    ... raise ValueError(".gguf file missing steeringvector.model_hint field")``."""
+    path = sw.save_vectors([sw.Vector(vec(1), "blocks.2.hook_resid_post")], tmp_path / "v.gguf", model="llama")  # fmt: skip
+    reader = GGUFReader(path)
+    modelf = reader.get_field("steeringvector.model_hint")
+    assert modelf is not None and str(bytes(modelf.parts[-1]), encoding="utf-8") == "llama"
+    directions = {int(t.name.split(".")[1]): t.data for t in reader.tensors}  # as dialz reads
+    assert list(directions) == [2] and np.array_equal(directions[2], vec(1).numpy())
+
+
+def test_easysteer_files_land_at_the_layer_output_and_their_label_is_not_checked(tmp_path):
+    dirs = {0: vec(1).numpy(), 1: vec(2).numpy(), 2: vec(3).numpy()}
+    write_easysteer(tmp_path / "e.gguf", dirs, model_type="qwen2.5")  # a label, not qwen2's type
+    qwen = fake_model(tmp_path, "Qwen/Qwen2.5-1.5B-Instruct", "qwen2")
+    got = sw.load_vectors(tmp_path / "e.gguf", model=qwen)
+    assert [v.hook for v in got] == [f"blocks.{k}.hook_resid_post" for k in (0, 1, 2)]
+    assert all(torch.equal(v.vector, vec(k + 1)) and v.strength == 1.0 for k, v in enumerate(got))
+    write_easysteer(tmp_path / "u.gguf", dirs)  # EasySteer's default hint
+    assert len(sw.load_vectors(tmp_path / "u.gguf", model=qwen)) == 3
+    write_easysteer(tmp_path / "w.gguf", {1: np.ones(4, dtype=np.float32)})
+    with pytest.raises(sw.VectorModelMismatch, match="4 wide"):  # widths are still checked
+        sw.load_vectors(tmp_path / "w.gguf", model=qwen)
