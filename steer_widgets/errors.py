@@ -130,8 +130,9 @@ class VectorError(SteerWidgetsError, ValueError):
 
 
 class VectorModelMismatch(VectorError):
-    """Vectors made for another model: a width or layer the model lacks, or a model hint
-    (``controlvector.model_hint``) naming another architecture. The message gives both."""
+    """Vectors made for another model: a width or layer the model lacks, a model hint
+    (``controlvector.model_hint``) naming another architecture, or a Neuronpedia
+    ``modelId`` naming another model. The message gives both."""
 
 
 class VectorUnsupported(VectorError):

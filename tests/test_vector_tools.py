@@ -212,6 +212,13 @@ def test_a_vector_for_another_model_is_a_named_error(tiny, tmp_path):
     # repeng writes a Mistral model's own model_type; llama.cpp converts Mistral as "llama"
     mistral = sw.save_vectors([sw.Vector(torch.ones(64), "blocks.1.hook_resid_post")], tmp_path / "m.gguf", model="mistral")  # fmt: skip
     assert len(sw.load_vectors(mistral, model=engine)) == 1
+    # a Neuronpedia modelId: ours names this model (its folder), another model's is refused
+    one = [sw.Vector(torch.ones(64), "blocks.1.hook_resid_post")]
+    mine = sw.save_vectors(one, tmp_path / "n.json", format="neuronpedia", model=engine)
+    assert len(sw.load_vectors(mine, model=engine)) == 1
+    theirs = {**json.loads(mine.read_text()), "modelId": "gemma-2-2b"}
+    with pytest.raises(sw.VectorModelMismatch, match="'gemma-2-2b'"):
+        sw.load_vectors(theirs, model=engine)
 
 
 def test_engine_vectors_steer_as_the_request(tiny, tmp_path):

