@@ -8,6 +8,7 @@ already streamed.
 
 from __future__ import annotations
 
+import json
 import threading
 
 import pytest
@@ -203,6 +204,29 @@ def test_what_the_server_cannot_serve_is_refused_before_any_request(remote):
     assert remote.default_prompt_multiplier() == 1.0  # what the explorer starts with there
     assert remote.client.stats["requests"] == sent
     assert remote.steer(base.with_(n_completion_tokens=2)).outputs  # still usable
+
+
+def test_engine_vectors_over_the_server_are_the_local_engines(remote, engine, tmp_path):
+    """The SAEs live on this machine, so a request's decoder rows are the local engine's,
+    with no request sent; a file of them names the model and steers the server as the
+    request does."""
+    feature = sw.Feature("10-smollm2-res-4k", 5, 30.0)
+    custom = sw.Vector(torch.linspace(-1, 1, 576), "blocks.3.hook_resid_post", 2.0)
+    request = sw.SteerRequest(
+        "I think that", features=[feature], vectors=[custom], types=("STEERED",),
+        temperature=0, n_completion_tokens=8, strength_multiplier=1.5,
+    )  # fmt: skip
+    sent = remote.client.stats["requests"]
+    got, want = remote.vectors(request), engine.vectors(request)
+    assert remote.client.stats["requests"] == sent
+    assert [(v.hook, v.strength) for v in got] == [(v.hook, v.strength) for v in want]
+    assert all(torch.equal(a.vector, b.vector) for a, b in zip(got, want, strict=True))
+    path = sw.save_vectors(got, tmp_path / "v.json", format="neuronpedia", model=remote)
+    assert json.loads(path.read_text())["modelId"] == "SmolLM2-135M-Instruct"
+    back = sw.load_vectors(path, model=remote)
+    steered = remote.steer(request).outputs["STEERED"].token_ids
+    again = remote.steer(request.with_(features=[], vectors=back, strength_multiplier=1.0))
+    assert again.outputs["STEERED"].token_ids == steered
 
 
 def test_explorer_runs_over_the_remote_engine(remote):
