@@ -8,14 +8,15 @@ every matrix whose rows are 576 weights, not a multiple of 256, as ``Q5_0``; the
 ``down_proj`` matrices, rows of 1536, alternately ``Q4_K`` and ``Q6_K``; the ``Q8_0``
 embedding and F32 norms kept), with a plain min/max quantizer rather than llama.cpp's search
 for the best scales: the same types and bytes per weight, not the same values. 64 greedy
-tokens after the chat prompt, batch 1, best of 3. Timings on a shared machine are rough:
-compare only within one run.
+tokens after the chat prompt, batch 1, best of 3, the decoders alternated ``SW_BENCH_ROUNDS``
+(5) times; ratios are the median of each round's, with their spread.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -26,6 +27,7 @@ import torch
 from common import CHAT, best_of
 
 N_NEW = int(os.environ.get("SW_BENCH_NEW_TOKENS", "64"))
+ROUNDS = int(os.environ.get("SW_BENCH_ROUNDS", "5"))
 
 
 def _f16(a: np.ndarray) -> np.ndarray:
@@ -207,8 +209,8 @@ def run() -> dict:
             mix = sw.Engine(sw.load_model(str(path)), saes=[])
         ids = list(q41.tokenizer.encode(CHAT).ids)
         q41_ids, mix_ids = _decode(q41, ids), _decode(mix, ids)
-        q41_s, mix_s = best_of(lambda: _decode(q41, ids)), best_of(lambda: _decode(mix, ids))
-        llama = None if python is None else _llama_cpp(python, path, ids, torch.get_num_threads())
+        rounds = _rounds(q41, mix, ids, python, path)
+        q41_s, mix_s = (statistics.median(r[k] for r in rounds) for k in ("q4_1", "mix"))
         figures = {
             "file_written_by": "our block writer" if python is None else "llama.cpp quantizer",
             "tensors_by_type": counts,
@@ -219,10 +221,38 @@ def run() -> dict:
             "tokens_per_s_mix": N_NEW / mix_s,
             "tokens_per_s_q4_1": N_NEW / q41_s,
             "mix_vs_q4_1": q41_s / mix_s,
+            "mix_vs_q4_1_spread": _spread(r["q4_1"] / r["mix"] for r in rounds),
             "greedy_tokens_shared_with_q4_1": _shared_prefix(q41_ids, mix_ids),
             "threads": torch.get_num_threads(),
+            "rounds": len(rounds),
         }
-        if llama is not None:
-            figures["llama_cpp_tokens_per_s_mix"] = llama["tokens_per_s"]
-            figures["mix_vs_llama_cpp"] = figures["tokens_per_s_mix"] / llama["tokens_per_s"]
+        if python is not None:
+            llama_s = statistics.median(r["llama_cpp"] for r in rounds)
+            figures["llama_cpp_tokens_per_s_mix"] = N_NEW / llama_s
+            figures["mix_vs_llama_cpp"] = statistics.median(
+                r["llama_cpp"] / r["mix"] for r in rounds
+            )
+            figures["mix_vs_llama_cpp_spread"] = _spread(r["llama_cpp"] / r["mix"] for r in rounds)
         return figures
+
+
+def _rounds(q41, mix, ids: list[int], python: str | None, path: Path) -> list[dict[str, float]]:
+    """Seconds for N_NEW tokens (best of 3) of each decoder, alternated ROUNDS times: this
+    machine's speed drifts by a third from minute to minute, so ratios are taken within a
+    round and their median reported."""
+    rounds = []
+    for _ in range(ROUNDS):
+        times = {
+            "q4_1": best_of(lambda: _decode(q41, ids)),
+            "mix": best_of(lambda: _decode(mix, ids)),
+        }
+        if python is not None:
+            rate = _llama_cpp(python, path, ids, torch.get_num_threads())["tokens_per_s"]
+            times["llama_cpp"] = N_NEW / rate
+        rounds.append(times)
+    return rounds
+
+
+def _spread(ratios) -> list[float]:
+    ratios = list(ratios)
+    return [min(ratios), max(ratios)]

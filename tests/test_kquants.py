@@ -24,6 +24,7 @@ from test_quantized import random_blocks, tokenizer_fields
 import steer_widgets as sw
 from steer_widgets.errors import QuantizationUnsupported
 from steer_widgets.runtime import gguf_model, native, quant
+from steer_widgets.runtime.linear import Linear
 from steer_widgets.runtime.model import load_model
 
 pytestmark = pytest.mark.skipif(native.extension() is None, reason="no C++ compiler here")
@@ -143,6 +144,30 @@ def test_a_fused_matrix_of_two_types_equals_its_dequantized_rows(tiny, cache):
     ids = torch.tensor([0, 5, mixed.parts[0].out_features, mixed.out_features - 1, 3])
     assert torch.equal(mixed.rows(ids), mixed.dense()[ids])
     assert mixed.nbytes() == sum(p.nbytes() for p in mixed.parts)
+
+
+def test_q5_0_is_read_as_q8_0_and_fuses_with_a_q8_0_v():
+    """A Q5_0 weight d * (q - 16) is the Q8_0 weight of code q - 16 under the same d, so the
+    kernel reads Q5_0 as whole bytes; a Q5_0 q and k then fuse with a Q8_0 v (llama.cpp's
+    Q4_K_M of a 576-wide model) into one product, with the float32 kernel's bits."""
+    import gguf
+
+    rng = np.random.default_rng(3)
+    k = 64
+    raws = []
+    for rows, qtype in ((48, "Q5_0"), (16, "Q5_0"), (16, "Q8_0")):
+        x = rng.standard_normal((rows, k)).astype(np.float32)
+        raws.append((gguf.quants.quantize(x, gguf.GGMLQuantizationType[qtype]), qtype))
+    parts = [quant.QuantWeight(lambda r=r: r, t, k, r.shape[0]) for r, t in raws]
+    fused = quant.QuantParts(parts)
+    assert [p.qtype for p in fused.parts] == [quant.TYPES["Q8_0"][0]]  # one product
+    assert fused.parts[0].packed.shape[-1] == 32 + 16 * quant.QK  # Q8_0's group
+    dense = torch.cat([torch.from_numpy(quant.dequantize(r, t)) for r, t in raws])
+    assert torch.equal(fused.dense(), dense)
+    x = torch.randn(5, k, generator=torch.Generator().manual_seed(1))
+    assert torch.equal(fused(x), Linear(dense, kernel="native")(x))
+    alone = quant.QuantLinear(raws[0][0], "Q5_0", k)
+    assert alone.qtype_name == "Q5_0" and torch.equal(alone(x), fused(x)[:, :48])
 
 
 def test_logits_equal_the_float32_native_path(tiny, cache):

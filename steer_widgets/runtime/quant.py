@@ -20,12 +20,19 @@ the 16 mins (``Q4_1``) and the 16 columns' codes, 16 bytes per load (one k of 8-
 two k of 4-bit ones), so the inner loop streams them in order as the float32 kernel streams
 its [N/16, K, 16] lines.
 
-``Q5_0``, ``Q5_1`` and the K-quants are packed "wide": their sub-block scales and offsets are
-computed at load with gguf's float32 operations (``d * sc``, ``dmin * m``: exact products)
-and stored as float32 lines, so the kernel's inner loop does the one multiply (and add) that
-remains per weight; then the low nibbles as the 4-bit types', then the high bits (one or
-two per weight) eight or four k per byte. K-quant scales are per 32 k (``Q6_K``: per 16 k, two
-lines per group), so every type streams the same 16-column, 32-k groups.
+``Q5_1`` and the K-quants are packed "wide": their sub-block scales and offsets are computed
+at load with gguf's float32 operations (``d * sc``, ``dmin * m``: exact products) and stored
+as float32 lines, so the kernel's inner loop does the one multiply (and add) that remains per
+weight; then the low nibbles as the 4-bit types', then the high bits (one per weight) eight k
+per byte. K-quant scales are per 32 k (``Q6_K``: per 16 k, two lines per group), so every
+type streams the same 16-column, 32-k groups.
+
+Two types are repacked as whole signed bytes, since a weight's high bits cost more
+instructions to put back than its byte costs to read (on two cores a decode step is bound by
+instructions, not bytes): a ``Q5_0`` weight ``d * (q - 16)`` is the ``Q8_0`` weight of code
+``q - 16`` under the same f16 ``d``, bit for bit, so ``Q5_0`` is read as ``Q8_0`` (34 bytes
+per 32 weights instead of 22); ``Q6_K``'s codes are stored as ``q - 32`` (640 bytes per group
+instead of 512). ``kernel_type`` names what the kernel reads.
 """
 
 from __future__ import annotations
@@ -56,7 +63,8 @@ TYPES = {
 }
 WEIGHTS = {name: QK_K if name.endswith("_K") else QK for name in TYPES}
 SUPPORTED = tuple(TYPES)
-WIDE = ("Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K")  # packed with float32 scales
+WIDE = ("Q5_1", "Q4_K", "Q5_K", "Q6_K")  # packed with float32 scales
+READ_AS = {"Q5_0": "Q8_0"}  # file type -> the kernel's type, the same weights bit for bit
 # byte offsets of each block's f16 factors (scale d, then min or dmin): what a test varies
 HALVES = {"Q4_0": (0,), "Q4_1": (0, 2), "Q5_0": (0,), "Q5_1": (0, 2), "Q8_0": (0,),
           "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,)}  # fmt: skip
@@ -75,6 +83,12 @@ def type_name(qtype: int | str) -> str:
         "sw.Engine(sw.load_model(path, quantized=False)) reads it dequantized to float32 "
         "(4-8x the memory)",
     )
+
+
+def kernel_type(qtype: int | str) -> str:
+    """The type whose packed layout the kernel reads for a file's ``qtype``."""
+    name = type_name(qtype)
+    return READ_AS.get(name, name)
 
 
 def _halves(a: np.ndarray) -> np.ndarray:
@@ -151,16 +165,26 @@ def _pack_wide(raw: np.ndarray, name: str) -> np.ndarray:
     if o is not None:
         parts.append(raw_bytes(per_group(o)))
     lines = np.swapaxes(per_group(codes), 2, 3)  # [nb, G, 32 (k), 16 (column)]
+    if name == "Q6_K":  # whole signed bytes, one k per 16-byte load
+        parts.append(raw_bytes(lines.astype(np.int8) - np.int8(32)))
+        return np.concatenate(parts, axis=-1)
     parts.append(raw_bytes((lines[..., 0::2, :] & 0x0F) | ((lines[..., 1::2, :] & 0x0F) << 4)))
-    bits = {"Q4_K": 0, "Q6_K": 2}.get(name, 1)
-    if bits:
-        per = 8 // bits  # k per byte, from the low bits up
-        high = (lines >> 4).reshape(nb, groups, QK // per, per, BLOCK)
+    if name != "Q4_K":  # one high bit per weight, eight k per byte from the low bit up
+        high = (lines >> 4).reshape(nb, groups, QK // 8, 8, BLOCK)
         packed = np.zeros(high.shape[:3] + (BLOCK,), np.uint8)
-        for j in range(per):
-            packed |= high[..., j, :] << (bits * j)
+        for j in range(8):
+            packed |= high[..., j, :] << j
         parts.append(raw_bytes(packed))
     return np.concatenate(parts, axis=-1)
+
+
+def _q5_0_as_q8_0(raw: np.ndarray) -> np.ndarray:
+    """Q5_0 rows -> the Q8_0 rows of the same weights: d kept, codes q - 16 as signed bytes."""
+    blocks = raw.reshape(raw.shape[0], -1, TYPES["Q5_0"][1])
+    _check_scales(blocks[..., 0:2].copy().view(np.uint16)[..., 0], "Q5_0", "scale")
+    _, _, codes = _decode_32(blocks, "Q5_0")
+    q = (codes.astype(np.int8) - np.int8(16)).view(np.uint8)
+    return np.concatenate([blocks[..., 0:2], q], axis=-1).reshape(raw.shape[0], -1)
 
 
 def _split(raw: np.ndarray, name: str) -> tuple[np.ndarray, np.ndarray | None, np.ndarray]:
@@ -200,20 +224,25 @@ def pack(raw: np.ndarray, qtype: int | str) -> Tensor:
     _, size = TYPES[name]
     n = raw.shape[0]
     nb, groups = -(-n // BLOCK), raw.shape[1] // size * WEIGHTS[name] // QK
-    out = torch.empty(nb, groups, _group_bytes(name), dtype=torch.uint8)
+    out = torch.empty(nb, groups, _group_bytes(kernel_type(name)), dtype=torch.uint8)
     view = out.numpy()
-    pack_rows = _pack_wide if name in WIDE else _pack_blocks
     for b in range(0, nb, CHUNK):
         rows = raw[b * BLOCK : (b + CHUNK) * BLOCK]
-        view[b : b + CHUNK] = pack_rows(np.ascontiguousarray(rows, dtype=np.uint8), name)
+        view[b : b + CHUNK] = _pack_rows(np.ascontiguousarray(rows, dtype=np.uint8), name)
     return out
+
+
+def _pack_rows(rows: np.ndarray, name: str) -> np.ndarray:
+    if name == "Q5_0":
+        return _pack_blocks(_q5_0_as_q8_0(rows), "Q8_0")
+    return (_pack_wide if name in WIDE else _pack_blocks)(rows, name)
 
 
 def _group_bytes(name: str) -> int:
     """Bytes per 16 columns x 32 k (``quant_group_bytes`` in ``csrc/kernels.h``): the 16
     scales (f16; float32 for the wide types, two lines for Q6_K), the 16 mins or offsets, the
-    codes (wide types: nibbles, then one or two high bits per weight)."""
-    wide = {"Q5_0": 384, "Q5_1": 448, "Q4_K": 384, "Q5_K": 448, "Q6_K": 512}
+    codes (wide types: nibbles, then one high bit per weight; Q6_K: signed bytes)."""
+    wide = {"Q5_1": 448, "Q4_K": 384, "Q5_K": 448, "Q6_K": 640}
     if name in wide:
         return wide[name]
     return 32 * (2 if name == "Q4_1" else 1) + (16 * QK if name == "Q8_0" else 8 * QK)
@@ -267,11 +296,23 @@ class QuantWeight:
         """gguf's float32 values (what transformers' loader holds)."""
         return torch.from_numpy(dequantize(self.read(), self.qtype))
 
+    def as_read(self) -> QuantWeight:
+        """The same weights in the type the kernel reads (Q5_0 as Q8_0), bit for bit."""
+        kind = kernel_type(self.qtype)
+        if kind == self.qtype:
+            return self
+        return QuantWeight(
+            lambda: _q5_0_as_q8_0(self.read()), kind, self.in_features, self.out_features
+        )
+
     @staticmethod
     def cat(parts: list[QuantWeight]) -> QuantWeight | None:
-        """The parts fused along the output (q, k, v), or None where their types differ."""
-        if len({(p.qtype, p.in_features) for p in parts}) != 1:
+        """The parts fused along the output (q, k, v), or None where the kernel reads them as
+        different types (a Q5_0 q and k fuse with a Q8_0 v: both are read as Q8_0)."""
+        if len({(kernel_type(p.qtype), p.in_features) for p in parts}) != 1:
             return None
+        if len({p.qtype for p in parts}) > 1:
+            parts = [p.as_read() for p in parts]
         if len(parts) == 1:
             return parts[0]
         rows = sum(p.out_features for p in parts)
@@ -294,8 +335,9 @@ class QuantLinear:
     def __init__(
         self, raw: np.ndarray, qtype: int | str, in_features: int, bias: Tensor | None = None
     ) -> None:
-        self.qtype_name = type_name(qtype)
-        self.qtype, block_bytes = TYPES[self.qtype_name]
+        self.qtype_name = type_name(qtype)  # the file's type
+        _, block_bytes = TYPES[self.qtype_name]
+        self.qtype = TYPES[kernel_type(qtype)][0]  # the packed layout's
         weights = WEIGHTS[self.qtype_name]
         if in_features % weights or raw.shape[1] != in_features // weights * block_bytes:
             raise QuantizationUnsupported(
@@ -338,7 +380,7 @@ class QuantParts:
     def __init__(self, parts: list[QuantWeight], bias: Tensor | None = None) -> None:
         runs: list[list[QuantWeight]] = []  # neighbours of one type fuse: q and k, then v
         for p in parts:
-            if runs and runs[-1][0].qtype == p.qtype:
+            if runs and kernel_type(runs[-1][0].qtype) == kernel_type(p.qtype):
                 runs[-1].append(p)
             else:
                 runs.append([p])

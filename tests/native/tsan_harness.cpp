@@ -52,7 +52,7 @@ std::vector<uint8_t> quant_blocks(std::mt19937& rng, int64_t N, int64_t K, int64
   std::vector<uint8_t> out(static_cast<size_t>(blocks * groups * G));
   for (auto& b : out) b = static_cast<uint8_t>(rng());
   const bool wide = qtype != sw::kQ4_0 && qtype != sw::kQ4_1 && qtype != sw::kQ8_0;
-  const int64_t scale_bytes = wide ? (qtype == sw::kQ5_0 ? 64 : 128) : qtype == sw::kQ4_1 ? 64 : 32;
+  const int64_t scale_bytes = wide ? 128 : qtype == sw::kQ4_1 ? 64 : 32;
   const int64_t step = wide ? 4 : 2;  // the byte holding the exponent's top bits
   for (int64_t g = 0; g < blocks * groups; ++g)
     for (int64_t i = 0; i < scale_bytes; i += step) out[g * G + i + step - 1] &= wide ? 0x3f : 0x3b;
@@ -86,7 +86,7 @@ std::vector<Case> build(std::mt19937& rng) {
         c.w = randn(rng, (N + 15) / 16 * 16 * K);
         if (M % 2) c.bias = randn(rng, N);
         cases.push_back(std::move(c));
-        for (int64_t qtype : {sw::kQ4_0, sw::kQ4_1, sw::kQ8_0, sw::kQ5_0, sw::kQ5_1, sw::kQ4_K,
+        for (int64_t qtype : {sw::kQ4_0, sw::kQ4_1, sw::kQ8_0, sw::kQ5_1, sw::kQ4_K,
                               sw::kQ5_K, sw::kQ6_K}) {
           Case q{"quant" + std::to_string(qtype) + " " + std::to_string(M) + "x" +
                      std::to_string(K) + "->" + std::to_string(N),

@@ -13,9 +13,10 @@ namespace sw {
 void float_linear(const float* x, const float* packed, const float* bias, float* y, int64_t M,
                   int64_t K, int64_t N, int64_t threads);
 
-// ggml's type ids; Q5_0 to Q6_K are repacked with float32 scales (quant_linear.cpp)
+// ggml's type ids; Q5_1 to Q6_K are repacked with float32 scales (quant_linear.cpp); Q5_0
+// arrives as Q8_0 (quant.py: the same weights in whole bytes)
 enum QType : int64_t {
-  kQ4_0 = 2, kQ4_1 = 3, kQ5_0 = 6, kQ5_1 = 7, kQ8_0 = 8, kQ4_K = 12, kQ5_K = 13, kQ6_K = 14
+  kQ4_0 = 2, kQ4_1 = 3, kQ5_1 = 7, kQ8_0 = 8, kQ4_K = 12, kQ5_K = 13, kQ6_K = 14
 };
 constexpr int64_t kQK = 32;  // weights per GGUF block along k
 constexpr int64_t quant_group_bytes(int64_t t) {  // bytes per 16 columns x 32 k; 0: not read
@@ -23,10 +24,9 @@ constexpr int64_t quant_group_bytes(int64_t t) {  // bytes per 16 columns x 32 k
     case kQ4_0: return 32 + 8 * kQK;
     case kQ4_1: return 64 + 8 * kQK;
     case kQ8_0: return 32 + 16 * kQK;
-    case kQ5_0: return 64 + 8 * kQK + 2 * kQK;       // scales, nibbles, one high bit
     case kQ5_1: case kQ5_K: return 128 + 10 * kQK;   // scales, offsets, nibbles, a high bit
     case kQ4_K: return 128 + 8 * kQK;                // scales, offsets, nibbles
-    case kQ6_K: return 128 + 8 * kQK + 4 * kQK;      // two scales, nibbles, two high bits
+    case kQ6_K: return 128 + 16 * kQK;               // two scales, signed bytes
     default: return 0;
   }
 }

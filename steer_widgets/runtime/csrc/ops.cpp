@@ -69,7 +69,7 @@ at::Tensor linear(const at::Tensor& x_in, const at::Tensor& packed, int64_t n_ou
 }
 
 void check_quant(const at::Tensor& packed, int64_t qtype, int64_t K) {
-  TORCH_CHECK(sw::quant_group_bytes(qtype) > 0, "qtype must be 2, 3, 6, 7, 8, 12, 13 or 14");
+  TORCH_CHECK(sw::quant_group_bytes(qtype) > 0, "qtype must be 2, 3, 7, 8, 12, 13 or 14");
   TORCH_CHECK(packed.scalar_type() == at::kByte && packed.is_contiguous() && packed.dim() == 3,
               "packed must be contiguous uint8 [N/16, K/32, bytes]");
   TORCH_CHECK(K % sw::kQK == 0 && packed.size(1) == K / sw::kQK &&

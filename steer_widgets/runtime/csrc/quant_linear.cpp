@@ -14,16 +14,17 @@
 // Q4_1's (d * q) + m rounds once whether the add is separate or fused: the vector paths
 // fuse it (one instruction less per weight line), the scalar one keeps numpy's two steps.
 //
-// Q5_0, Q5_1 and the K-quants (Q4_K, Q5_K: 256-weight super-blocks of eight 32-weight
+// Q5_1 and the K-quants (Q4_K, Q5_K: 256-weight super-blocks of eight 32-weight
 // sub-blocks, 6-bit scales and mins under two f16 factors; Q6_K: sixteen 16-weight
 // sub-blocks, int8 scales under one f16 factor) are "wide": quant.py computes each
 // sub-block's float32 scale s and offset o at load exactly as gguf.quants does (d * sc,
 // dmin * m: exact products) and packs, per 16 columns and 32 k, the 16 scales (Q6_K: two
 // lines, for k 0-15 and 16-31), the 16 offsets (Q5_1's min m; the K-quants' -(dmin * m)),
-// 16 loads of low nibbles as the 4-bit types', then the high bits: one 16-byte load per 8 k
-// (one bit each) or per 4 k (Q6_K's two), column i in byte i, k ascending from the low bit.
-// A weight is s * (q - bias), or s * q + o: gguf's (d * q) + m and d * q - dm, whose product
-// is exact (at most 23 significant bits), so the fused form rounds once as numpy's two steps.
+// then the codes: Q6_K's as signed bytes q - 32, one 16-byte load per k; the others' as 16
+// loads of low nibbles as the 4-bit types', then (Q5_1, Q5_K) the high bits, one 16-byte load
+// per 8 k, column i in byte i, k ascending from the low bit. A weight is s * q, or s * q + o:
+// gguf's (d * q) + m and d * q - dm, whose product is exact (at most 23 significant bits), so
+// the fused form rounds once as numpy's two steps. (Q5_0 arrives as Q8_0: quant.py.)
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -48,13 +49,13 @@ constexpr int64_t kQPrefetch = 1;
 constexpr int64_t scale_bytes(int64_t t) { return t == kQ4_1 ? 64 : 32; }
 
 // the wide types' layout (see the top of this file)
-constexpr bool wide(int64_t t) { return t == kQ5_0 || t == kQ5_1 || t >= kQ4_K; }
+constexpr bool wide(int64_t t) { return t == kQ5_1 || t >= kQ4_K; }
+constexpr bool byte_codes(int64_t t) { return t == kQ6_K; }  // signed, one k per load
 constexpr int64_t subs(int64_t t) { return t == kQ6_K ? 2 : 1; }  // scale lines per group
 constexpr bool has_offset(int64_t t) { return t == kQ5_1 || t == kQ4_K || t == kQ5_K; }
-constexpr int64_t hi_bits(int64_t t) { return t == kQ6_K ? 2 : t == kQ4_K ? 0 : 1; }
-constexpr int32_t code_bias(int64_t t) { return t == kQ5_0 ? 16 : t == kQ6_K ? 32 : 0; }
-constexpr int64_t nibbles_at(int64_t t) { return 64 * subs(t) + (has_offset(t) ? 64 : 0); }
-constexpr int64_t high_at(int64_t t) { return nibbles_at(t) + 8 * kQK; }
+constexpr bool high_bit(int64_t t) { return t == kQ5_1 || t == kQ5_K; }
+constexpr int64_t codes_at(int64_t t) { return 64 * subs(t) + (has_offset(t) ? 64 : 0); }
+constexpr int64_t high_at(int64_t t) { return codes_at(t) + 8 * kQK; }
 constexpr int64_t lines_per_load(int64_t t) { return t == kQ8_0 ? 1 : 2; }  // 16 bytes each
 constexpr int64_t group_bytes(int64_t t) { return quant_group_bytes(t); }
 
@@ -80,16 +81,13 @@ inline float code(int64_t t, const uint8_t* codes, int64_t kk, int64_t i) {
   return static_cast<float>(t == kQ4_0 ? q - 8 : q);
 }
 
-// a wide type's code of column i at k = kk, its bias subtracted
+// a wide type's code of column i at k = kk
 inline float wide_code(int64_t t, const uint8_t* group, int64_t kk, int64_t i) {
-  int q = (group[nibbles_at(t) + kk / 2 * 16 + i] >> (kk % 2 * 4)) & 0x0f;
-  const int64_t h = hi_bits(t);
-  if (h > 0) {
-    const int64_t per = 8 / h;  // k per byte
-    const int high = group[high_at(t) + kk / per * 16 + i] >> (kk % per * h);
-    q |= (high & ((1 << h) - 1)) << 4;
-  }
-  return static_cast<float>(q - code_bias(t));
+  if (byte_codes(t))
+    return static_cast<float>(static_cast<int8_t>(group[codes_at(t) + kk * 16 + i]));
+  int q = (group[codes_at(t) + kk / 2 * 16 + i] >> (kk % 2 * 4)) & 0x0f;
+  if (high_bit(t)) q |= ((group[high_at(t) + kk / 8 * 16 + i] >> (kk % 8)) & 1) << 4;
+  return static_cast<float>(q);
 }
 
 inline float wide_one(int64_t t, const uint8_t* group, int64_t kk, int64_t i) {
@@ -146,21 +144,26 @@ inline __m512i bytes16(const uint8_t* p) {
 // a wide type's two weight lines of k = kk and kk + 1
 template <int64_t T>
 inline void dequant_wide(const uint8_t* grp, int64_t kk, const Scales& s, Vec* out) {
-  constexpr int64_t H = hi_bits(T);
-  const __m512i nib = bytes16(grp + nibbles_at(T) + kk / 2 * 16);
-  __m512i q[2] = {_mm512_and_si512(nib, _mm512_set1_epi32(0x0f)), _mm512_srli_epi32(nib, 4)};
-  if constexpr (H > 0) {
-    const __m512i high = bytes16(grp + high_at(T) + kk / (8 / H) * 16);
+  __m512i q[2];
+  if constexpr (byte_codes(T)) {
+    for (int j = 0; j < 2; ++j)
+      q[j] = _mm512_cvtepi8_epi32(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(grp + codes_at(T) + (kk + j) * 16)));
+  } else {
+    const __m512i nib = bytes16(grp + codes_at(T) + kk / 2 * 16);
+    q[0] = _mm512_and_si512(nib, _mm512_set1_epi32(0x0f));
+    q[1] = _mm512_srli_epi32(nib, 4);
+  }
+  if constexpr (high_bit(T)) {
+    const __m512i high = bytes16(grp + high_at(T) + kk / 8 * 16);
     for (int j = 0; j < 2; ++j) {
-      const __m128i shift = _mm_cvtsi32_si128(static_cast<int>((kk % (8 / H) + j) * H));
-      const __m512i h = _mm512_and_si512(_mm512_srl_epi32(high, shift),
-                                         _mm512_set1_epi32((1 << H) - 1));
+      const __m128i shift = _mm_cvtsi32_si128(static_cast<int>(kk % 8 + j));
+      const __m512i h = _mm512_and_si512(_mm512_srl_epi32(high, shift), _mm512_set1_epi32(1));
       q[j] = _mm512_or_si512(q[j], _mm512_slli_epi32(h, 4));
     }
   }
   const __m512 sc = subs(T) == 2 && kk >= 16 ? s.d2.v : s.d.v;
   for (int j = 0; j < 2; ++j) {
-    if constexpr (code_bias(T) != 0) q[j] = _mm512_sub_epi32(q[j], _mm512_set1_epi32(code_bias(T)));
     const __m512 f = _mm512_cvtepi32_ps(q[j]);
     if constexpr (has_offset(T)) out[j] = {_mm512_fmadd_ps(sc, f, s.m.v)};
     else out[j] = {_mm512_mul_ps(f, sc)};
@@ -210,38 +213,50 @@ inline void dequant(const uint8_t* p, const Scales& s, Vec* out) {
 inline __m256i bytes8(const uint8_t* p) {
   return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
 }
-// eight columns of a wide type's line j (k = kk + j), from their nibble and high bytes
+inline __m256i signed8(const uint8_t* p) {
+  return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+}
+// eight columns of a wide type's line j (k = kk + j): their codes, scales and offsets
 template <int64_t T>
-inline __m256 wide_half(__m256i nib, __m256i high, int64_t kk, int j, __m256 sc, __m256 o) {
-  constexpr int64_t H = hi_bits(T);
-  __m256i q = j ? _mm256_srli_epi32(nib, 4) : _mm256_and_si256(nib, _mm256_set1_epi32(0x0f));
-  if constexpr (H > 0) {
-    const __m128i shift = _mm_cvtsi32_si128(static_cast<int>((kk % (8 / H) + j) * H));
-    const __m256i h =
-        _mm256_and_si256(_mm256_srl_epi32(high, shift), _mm256_set1_epi32((1 << H) - 1));
-    q = _mm256_or_si256(q, _mm256_slli_epi32(h, 4));
-  }
-  if constexpr (code_bias(T) != 0) q = _mm256_sub_epi32(q, _mm256_set1_epi32(code_bias(T)));
+inline __m256 wide_half(__m256i q, __m256 sc, __m256 o) {
   const __m256 f = _mm256_cvtepi32_ps(q);
   if constexpr (has_offset(T)) return _mm256_fmadd_ps(sc, f, o);
   else return _mm256_mul_ps(f, sc);
 }
+// eight columns' nibble-packed codes of line j, their high bit (Q5_1, Q5_K) put back
+template <int64_t T>
+inline __m256i nibble_codes(__m256i nib, __m256i high, int64_t kk, int j) {
+  __m256i q = j ? _mm256_srli_epi32(nib, 4) : _mm256_and_si256(nib, _mm256_set1_epi32(0x0f));
+  if constexpr (high_bit(T)) {
+    const __m128i shift = _mm_cvtsi32_si128(static_cast<int>(kk % 8 + j));
+    const __m256i h = _mm256_and_si256(_mm256_srl_epi32(high, shift), _mm256_set1_epi32(1));
+    q = _mm256_or_si256(q, _mm256_slli_epi32(h, 4));
+  }
+  return q;
+}
 // a wide type's two weight lines of k = kk and kk + 1
 template <int64_t T>
 inline void dequant_wide(const uint8_t* grp, int64_t kk, const Scales& s, Vec* out) {
-  constexpr int64_t H = hi_bits(T);
-  const uint8_t* n = grp + nibbles_at(T) + kk / 2 * 16;
+  const Vec& sc = subs(T) == 2 && kk >= 16 ? s.d2 : s.d;
+  if constexpr (byte_codes(T)) {
+    for (int j = 0; j < 2; ++j) {
+      const uint8_t* c = grp + codes_at(T) + (kk + j) * 16;
+      out[j] = {wide_half<T>(signed8(c), sc.lo, s.m.lo),
+                wide_half<T>(signed8(c + 8), sc.hi, s.m.hi)};
+    }
+    return;
+  }
+  const uint8_t* n = grp + codes_at(T) + kk / 2 * 16;
   const __m256i na = bytes8(n), nb = bytes8(n + 8);
   __m256i ha = _mm256_setzero_si256(), hb = _mm256_setzero_si256();
-  if constexpr (H > 0) {
-    const uint8_t* h = grp + high_at(T) + kk / (8 / H) * 16;
+  if constexpr (high_bit(T)) {
+    const uint8_t* h = grp + high_at(T) + kk / 8 * 16;
     ha = bytes8(h);
     hb = bytes8(h + 8);
   }
-  const Vec& sc = subs(T) == 2 && kk >= 16 ? s.d2 : s.d;
   for (int j = 0; j < 2; ++j)
-    out[j] = {wide_half<T>(na, ha, kk, j, sc.lo, s.m.lo),
-              wide_half<T>(nb, hb, kk, j, sc.hi, s.m.hi)};
+    out[j] = {wide_half<T>(nibble_codes<T>(na, ha, kk, j), sc.lo, s.m.lo),
+              wide_half<T>(nibble_codes<T>(nb, hb, kk, j), sc.hi, s.m.hi)};
 }
 #else
 inline Vec halves(const uint8_t* p) {
@@ -406,7 +421,6 @@ void quant_linear(const float* x, const uint8_t* packed, const float* bias, floa
   switch (qtype) {
     case kQ4_1: return qlinear<kQ4_1>(x, packed, bias, y, M, K, N, threads);
     case kQ8_0: return qlinear<kQ8_0>(x, packed, bias, y, M, K, N, threads);
-    case kQ5_0: return qlinear<kQ5_0>(x, packed, bias, y, M, K, N, threads);
     case kQ5_1: return qlinear<kQ5_1>(x, packed, bias, y, M, K, N, threads);
     case kQ4_K: return qlinear<kQ4_K>(x, packed, bias, y, M, K, N, threads);
     case kQ5_K: return qlinear<kQ5_K>(x, packed, bias, y, M, K, N, threads);
