@@ -23,20 +23,38 @@ from os import PathLike
 from pathlib import Path
 from typing import TypeVar
 
-from .errors import ArgumentError, RequestError
+import torch
+
+from .errors import ArgumentError, RequestError, SteerWidgetsError
 
 SEED_RANGE = (-(2**63), 2**64 - 1)  # what torch.Generator.manual_seed accepts
 
 
-def number(name: str, value, minimum: float | None = None) -> float:
+Refusal = Callable[[str, str], SteerWidgetsError]  # (field or source, problem) -> the error
+
+
+def number(name: str, value, minimum: float | None = None, error: Refusal = RequestError) -> float:
     """A finite real number (not a bool), at least ``minimum`` if given."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise RequestError(name, f"must be a finite number, got {value!r}")
+        raise error(name, f"must be a finite number, got {value!r}")
     if not math.isfinite(value):
-        raise RequestError(name, f"must be a finite number, got {value!r}")
+        raise error(name, f"must be a finite number, got {value!r}")
     if minimum is not None and value < minimum:
-        raise RequestError(name, f"must be a finite number >= {minimum:g}, got {value!r}")
+        raise error(name, f"must be a finite number >= {minimum:g}, got {value!r}")
     return float(value)
+
+
+def floats(name: str, value, error: Refusal = RequestError) -> torch.Tensor:
+    """``value`` (a list, array or tensor) as a float32 CPU copy of finite numbers: what a
+    steering vector must be, whether it comes in a request or from a file (``error`` is that
+    caller's error family)."""
+    try:
+        t = torch.as_tensor(value, dtype=torch.float32).detach().cpu().clone()
+    except (TypeError, ValueError, RuntimeError) as err:
+        raise error(name, f"is not a list of numbers: {err}") from None
+    if not torch.isfinite(t).all():
+        raise error(name, "contains NaN or infinite values")
+    return t
 
 
 def integer(name: str, value, lo: int | None = None, hi: int | None = None) -> int:

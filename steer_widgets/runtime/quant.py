@@ -150,32 +150,35 @@ def _pack_wide(raw: np.ndarray, name: str) -> np.ndarray:
     for what, a in (("scale", s), ("min", o)):  # d*sc, dmin*m: inf or NaN only from the halves
         if a is not None and not np.isfinite(a).all():
             raise _undefined(name, what)
-    n, groups = codes.shape[:2]
-    pad = -n % BLOCK
-    nb = (n + pad) // BLOCK
-
-    def per_group(a: np.ndarray) -> np.ndarray:  # [N, G, ...] -> [nb, G, 16, ...], padded
-        a = np.pad(a, [(0, pad)] + [(0, 0)] * (a.ndim - 1))
-        return np.swapaxes(a.reshape(nb, BLOCK, groups, *a.shape[2:]), 1, 2)
-
-    def raw_bytes(a: np.ndarray) -> np.ndarray:
-        return np.ascontiguousarray(a).view(np.uint8).reshape(nb, groups, -1)
-
-    parts = [raw_bytes(np.swapaxes(per_group(s), 2, 3))]  # [nb, G, subs, 16] float32
+    parts = [_group_bytes_of(np.swapaxes(_per_group(s), 2, 3))]  # [nb, G, subs, 16] float32
     if o is not None:
-        parts.append(raw_bytes(per_group(o)))
-    lines = np.swapaxes(per_group(codes), 2, 3)  # [nb, G, 32 (k), 16 (column)]
+        parts.append(_group_bytes_of(_per_group(o)))
+    lines = np.swapaxes(_per_group(codes), 2, 3)  # [nb, G, 32 (k), 16 (column)]
     if name == "Q6_K":  # whole signed bytes, one k per 16-byte load
-        parts.append(raw_bytes(lines.astype(np.int8) - np.int8(32)))
+        parts.append(_group_bytes_of(lines.astype(np.int8) - np.int8(32)))
         return np.concatenate(parts, axis=-1)
-    parts.append(raw_bytes((lines[..., 0::2, :] & 0x0F) | ((lines[..., 1::2, :] & 0x0F) << 4)))
+    nibbles = (lines[..., 0::2, :] & 0x0F) | ((lines[..., 1::2, :] & 0x0F) << 4)
+    parts.append(_group_bytes_of(nibbles))
     if name != "Q4_K":  # one high bit per weight, eight k per byte from the low bit up
-        high = (lines >> 4).reshape(nb, groups, QK // 8, 8, BLOCK)
+        high = (lines >> 4).reshape(*lines.shape[:2], QK // 8, 8, BLOCK)
         packed = np.zeros(high.shape[:3] + (BLOCK,), np.uint8)
         for j in range(8):
             packed |= high[..., j, :] << j
-        parts.append(raw_bytes(packed))
+        parts.append(_group_bytes_of(packed))
     return np.concatenate(parts, axis=-1)
+
+
+def _per_group(a: np.ndarray) -> np.ndarray:
+    """[N, G, ...] -> [nb, G, 16, ...]: rows grouped 16 columns at a time, zero rows padding
+    N up to a multiple of 16 (columns past N are never stored)."""
+    pad = -a.shape[0] % BLOCK
+    a = np.pad(a, [(0, pad)] + [(0, 0)] * (a.ndim - 1))
+    return np.swapaxes(a.reshape(-1, BLOCK, *a.shape[1:]), 1, 2)
+
+
+def _group_bytes_of(a: np.ndarray) -> np.ndarray:
+    """[nb, G, ...] of any dtype -> [nb, G, bytes]: each group's part, as stored."""
+    return np.ascontiguousarray(a).view(np.uint8).reshape(*a.shape[:2], -1)
 
 
 def _q5_0_as_q8_0(raw: np.ndarray) -> np.ndarray:
@@ -253,27 +256,13 @@ def _pack_blocks(raw: np.ndarray, name: str) -> np.ndarray:
     _check_scales(d, name, "scale")
     if m is not None:
         _check_scales(m, name, "min")
-    n, groups = d.shape
-    pad = -n % BLOCK
-    if pad:  # columns past N: zero scales and codes, never stored
-        d = np.pad(d, ((0, pad), (0, 0)))
-        m = None if m is None else np.pad(m, ((0, pad), (0, 0)))
-        codes = np.pad(codes, ((0, pad), (0, 0), (0, 0)))
-    nb = (n + pad) // BLOCK
-
-    def per_group(a: np.ndarray) -> np.ndarray:  # [N, G, ...] -> [nb, G, 16, ...]
-        return np.swapaxes(a.reshape(nb, BLOCK, groups, *a.shape[2:]), 1, 2)
-
-    def scale_bytes(a: np.ndarray) -> np.ndarray:  # [N, G] f16 bits -> [nb, G, 32] bytes
-        return np.ascontiguousarray(per_group(a)).view(np.uint8).reshape(nb, groups, -1)
-
-    parts = [scale_bytes(d)]
+    parts = [_group_bytes_of(_per_group(d))]  # f16 bits: 32 bytes a group
     if m is not None:
-        parts.append(scale_bytes(m))
-    lines = np.swapaxes(per_group(codes), 2, 3)  # [nb, G, 32 (k), 16 (column)]
+        parts.append(_group_bytes_of(_per_group(m)))
+    lines = np.swapaxes(_per_group(codes), 2, 3)  # [nb, G, 32 (k), 16 (column)]
     if name != "Q8_0":  # byte i: column i at an even k (low nibble) and at the next k (high)
         lines = lines[..., 0::2, :] | (lines[..., 1::2, :] << 4)
-    parts.append(np.ascontiguousarray(lines).reshape(nb, groups, -1))
+    parts.append(_group_bytes_of(lines))
     return np.concatenate(parts, axis=-1)
 
 

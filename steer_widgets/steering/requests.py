@@ -272,17 +272,12 @@ def check_vector(v, widths: Mapping[str, int], field: str) -> None:
 def _vector_direction(i: int, v: Vector, widths: Mapping[str, int], normalize: bool) -> Direction:
     if not isinstance(v.hook, str) or v.hook not in widths:
         raise RequestError(f"vectors[{i}].hook", f"the model has no hook {v.hook!r}")
-    try:
-        vec = torch.as_tensor(v.vector, dtype=torch.float32).flatten()
-    except (TypeError, ValueError, RuntimeError) as err:
-        raise RequestError(f"vectors[{i}].vector", f"is not a list of numbers: {err}") from None
+    vec = checks.floats(f"vectors[{i}].vector", v.vector).flatten()
     if vec.numel() != widths[v.hook]:
         raise RequestError(
             f"vectors[{i}].vector",
             f"has width {vec.numel()}, but {v.hook} is {widths[v.hook]} wide",
         )
-    if not torch.isfinite(vec).all():
-        raise RequestError(f"vectors[{i}].vector", "contains NaN or infinite values")
     if normalize:
         vec = unit(vec, f"vectors[{i}].vector")
     return Direction(v.hook, vec, float(v.strength), f"vectors[{i}].vector")

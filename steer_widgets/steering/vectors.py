@@ -26,6 +26,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from .. import checks
 from ..checks import public
 from ..errors import VectorError, VectorModelMismatch, VectorUnsupported
 from ..runtime.protocol import hook_layer
@@ -81,14 +82,9 @@ def block_output(hook: str, where: str) -> int:
 
 def as_float(vector, where: str) -> Tensor:
     """A 1-D float32 copy, or a named error for anything that is not a finite vector."""
-    try:
-        t = torch.as_tensor(vector, dtype=torch.float32).detach().cpu().clone()
-    except (TypeError, ValueError, RuntimeError) as err:
-        raise VectorError(where, f"is not a vector of numbers: {err}") from None
+    t = checks.floats(where, vector, VectorError)
     if t.dim() != 1 or t.numel() == 0:
         raise VectorError(where, f"must be a 1-D vector, got shape {tuple(t.shape)}")
-    if not torch.isfinite(t).all():
-        raise VectorError(where, "contains NaN or infinite values")
     return t
 
 
@@ -108,11 +104,7 @@ def check_vectors(vectors, where: str = "vectors") -> list[Vector]:
     for i, v in enumerate(out):
         if not isinstance(v, Vector) or not isinstance(v.hook, str):
             raise VectorError(f"{where}[{i}]", f"must be a sw.Vector, got {v!r:.80}")
-        strength = v.strength
-        if isinstance(strength, bool) or not isinstance(strength, (int, float)):
-            raise VectorError(f"{where}[{i}].strength", f"must be a number, got {strength!r}")
-        if not torch.isfinite(torch.tensor(float(strength))):
-            raise VectorError(f"{where}[{i}].strength", "is NaN or infinite")
+        checks.number(f"{where}[{i}].strength", v.strength, error=VectorError)
         if hook_layer(v.hook) is None:
             raise VectorError(f"{where}[{i}].hook", f"{v.hook!r} is not a blocks.L hook name")
         as_float(v.vector, f"{where}[{i}].vector")
