@@ -24,7 +24,7 @@ constexpr int64_t quant_group_bytes(int64_t t) {  // bytes per 16 columns x 32 k
     case kQ4_0: return 32 + 8 * kQK;
     case kQ4_1: return 64 + 8 * kQK;
     case kQ8_0: return 32 + 16 * kQK;
-    case kQ5_1: case kQ5_K: return 128 + 10 * kQK;   // scales, offsets, nibbles, a high bit
+    case kQ5_1: case kQ5_K: return 128 + 16 * kQK;  // scales, offsets, bytes
     case kQ4_K: return 128 + 8 * kQK;                // scales, offsets, nibbles
     case kQ6_K: return 128 + 16 * kQK;               // two scales, signed bytes
     default: return 0;

@@ -20,9 +20,10 @@
 // sub-block's float32 scale s and offset o at load exactly as gguf.quants does (d * sc,
 // dmin * m: exact products) and packs, per 16 columns and 32 k, the 16 scales (Q6_K: two
 // lines, for k 0-15 and 16-31), the 16 offsets (Q5_1's min m; the K-quants' -(dmin * m)),
-// then the codes: Q6_K's as signed bytes q - 32, one 16-byte load per k; the others' as 16
-// loads of low nibbles as the 4-bit types', then (Q5_1, Q5_K) the high bits, one 16-byte load
-// per 8 k, column i in byte i, k ascending from the low bit. A weight is s * q, or s * q + o:
+// then the codes: Q4_K's as 16 loads of nibbles as the 4-bit types'; the five- and six-bit
+// types' as whole signed bytes (Q6_K's q - 32), one 16-byte load per k, column i in byte i
+// (putting high bits back cost more instructions per weight than the bytes cost to read; a
+// decode step on a few cores is bound by instructions). A weight is s * q, or s * q + o:
 // gguf's (d * q) + m and d * q - dm, whose product is exact (at most 23 significant bits), so
 // the fused form rounds once as numpy's two steps. (Q5_0 arrives as Q8_0: quant.py.)
 #include <algorithm>
@@ -50,12 +51,10 @@ constexpr int64_t scale_bytes(int64_t t) { return t == kQ4_1 ? 64 : 32; }
 
 // the wide types' layout (see the top of this file)
 constexpr bool wide(int64_t t) { return t == kQ5_1 || t >= kQ4_K; }
-constexpr bool byte_codes(int64_t t) { return t == kQ6_K; }  // signed, one k per load
+constexpr bool byte_codes(int64_t t) { return t != kQ4_K; }  // signed, one k per load
 constexpr int64_t subs(int64_t t) { return t == kQ6_K ? 2 : 1; }  // scale lines per group
 constexpr bool has_offset(int64_t t) { return t == kQ5_1 || t == kQ4_K || t == kQ5_K; }
-constexpr bool high_bit(int64_t t) { return t == kQ5_1 || t == kQ5_K; }
 constexpr int64_t codes_at(int64_t t) { return 64 * subs(t) + (has_offset(t) ? 64 : 0); }
-constexpr int64_t high_at(int64_t t) { return codes_at(t) + 8 * kQK; }
 constexpr int64_t lines_per_load(int64_t t) { return t == kQ8_0 ? 1 : 2; }  // 16 bytes each
 constexpr int64_t group_bytes(int64_t t) { return quant_group_bytes(t); }
 
@@ -85,9 +84,7 @@ inline float code(int64_t t, const uint8_t* codes, int64_t kk, int64_t i) {
 inline float wide_code(int64_t t, const uint8_t* group, int64_t kk, int64_t i) {
   if (byte_codes(t))
     return static_cast<float>(static_cast<int8_t>(group[codes_at(t) + kk * 16 + i]));
-  int q = (group[codes_at(t) + kk / 2 * 16 + i] >> (kk % 2 * 4)) & 0x0f;
-  if (high_bit(t)) q |= ((group[high_at(t) + kk / 8 * 16 + i] >> (kk % 8)) & 1) << 4;
-  return static_cast<float>(q);
+  return static_cast<float>((group[codes_at(t) + kk / 2 * 16 + i] >> (kk % 2 * 4)) & 0x0f);
 }
 
 inline float wide_one(int64_t t, const uint8_t* group, int64_t kk, int64_t i) {
@@ -154,14 +151,6 @@ inline void dequant_wide(const uint8_t* grp, int64_t kk, const Scales& s, Vec* o
     q[0] = _mm512_and_si512(nib, _mm512_set1_epi32(0x0f));
     q[1] = _mm512_srli_epi32(nib, 4);
   }
-  if constexpr (high_bit(T)) {
-    const __m512i high = bytes16(grp + high_at(T) + kk / 8 * 16);
-    for (int j = 0; j < 2; ++j) {
-      const __m128i shift = _mm_cvtsi32_si128(static_cast<int>(kk % 8 + j));
-      const __m512i h = _mm512_and_si512(_mm512_srl_epi32(high, shift), _mm512_set1_epi32(1));
-      q[j] = _mm512_or_si512(q[j], _mm512_slli_epi32(h, 4));
-    }
-  }
   const __m512 sc = subs(T) == 2 && kk >= 16 ? s.d2.v : s.d.v;
   for (int j = 0; j < 2; ++j) {
     const __m512 f = _mm512_cvtepi32_ps(q[j]);
@@ -223,16 +212,9 @@ inline __m256 wide_half(__m256i q, __m256 sc, __m256 o) {
   if constexpr (has_offset(T)) return _mm256_fmadd_ps(sc, f, o);
   else return _mm256_mul_ps(f, sc);
 }
-// eight columns' nibble-packed codes of line j, their high bit (Q5_1, Q5_K) put back
-template <int64_t T>
-inline __m256i nibble_codes(__m256i nib, __m256i high, int64_t kk, int j) {
-  __m256i q = j ? _mm256_srli_epi32(nib, 4) : _mm256_and_si256(nib, _mm256_set1_epi32(0x0f));
-  if constexpr (high_bit(T)) {
-    const __m128i shift = _mm_cvtsi32_si128(static_cast<int>(kk % 8 + j));
-    const __m256i h = _mm256_and_si256(_mm256_srl_epi32(high, shift), _mm256_set1_epi32(1));
-    q = _mm256_or_si256(q, _mm256_slli_epi32(h, 4));
-  }
-  return q;
+// eight columns' nibble-packed codes of line j (Q4_K)
+inline __m256i nibble_codes(__m256i nib, int j) {
+  return j ? _mm256_srli_epi32(nib, 4) : _mm256_and_si256(nib, _mm256_set1_epi32(0x0f));
 }
 // a wide type's two weight lines of k = kk and kk + 1
 template <int64_t T>
@@ -248,15 +230,9 @@ inline void dequant_wide(const uint8_t* grp, int64_t kk, const Scales& s, Vec* o
   }
   const uint8_t* n = grp + codes_at(T) + kk / 2 * 16;
   const __m256i na = bytes8(n), nb = bytes8(n + 8);
-  __m256i ha = _mm256_setzero_si256(), hb = _mm256_setzero_si256();
-  if constexpr (high_bit(T)) {
-    const uint8_t* h = grp + high_at(T) + kk / 8 * 16;
-    ha = bytes8(h);
-    hb = bytes8(h + 8);
-  }
   for (int j = 0; j < 2; ++j)
-    out[j] = {wide_half<T>(nibble_codes<T>(na, ha, kk, j), sc.lo, s.m.lo),
-              wide_half<T>(nibble_codes<T>(nb, hb, kk, j), sc.hi, s.m.hi)};
+    out[j] = {wide_half<T>(nibble_codes(na, j), sc.lo, s.m.lo),
+              wide_half<T>(nibble_codes(nb, j), sc.hi, s.m.hi)};
 }
 #else
 inline Vec halves(const uint8_t* p) {
