@@ -51,7 +51,7 @@ constexpr int64_t scale_bytes(int64_t t) { return t == kQ4_1 ? 64 : 32; }
 
 // the wide types' layout (see the top of this file)
 constexpr bool wide(int64_t t) { return t == kQ5_1 || t >= kQ4_K; }
-constexpr bool byte_codes(int64_t t) { return t != kQ4_K; }  // signed, one k per load
+constexpr bool byte_codes(int64_t t) { return wide(t) && t != kQ4_K; }  // signed bytes
 constexpr int64_t subs(int64_t t) { return t == kQ6_K ? 2 : 1; }  // scale lines per group
 constexpr bool has_offset(int64_t t) { return t == kQ5_1 || t == kQ4_K || t == kQ5_K; }
 constexpr int64_t codes_at(int64_t t) { return 64 * subs(t) + (has_offset(t) ? 64 : 0); }
