@@ -123,29 +123,30 @@ inline Vec scaled(__m512i qi, const Scales& s) {
   // of gguf's separate multiply and add
   return {T == kQ4_1 ? _mm512_fmadd_ps(s.d.v, q, s.m.v) : _mm512_mul_ps(q, s.d.v)};
 }
+// 16 bytes widened to 32-bit lanes, unsigned or signed
+inline __m512i bytes16(const uint8_t* p) {
+  return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+inline __m512i signed16(const uint8_t* p) {
+  return _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
 // the lines_per_load(T) weight lines of one 16-byte load
 template <int64_t T>
 inline void dequant(const uint8_t* p, const Scales& s, Vec* out) {
-  const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
   if constexpr (T == kQ8_0) {
-    out[0] = scaled<T>(_mm512_cvtepi8_epi32(v), s);
+    out[0] = scaled<T>(signed16(p), s);
   } else {
-    const __m512i b = _mm512_cvtepu8_epi32(v);
+    const __m512i b = bytes16(p);
     out[0] = scaled<T>(_mm512_and_si512(b, _mm512_set1_epi32(0x0f)), s);
     out[1] = scaled<T>(_mm512_srli_epi32(b, 4), s);
   }
-}
-inline __m512i bytes16(const uint8_t* p) {
-  return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
 // a wide type's two weight lines of k = kk and kk + 1
 template <int64_t T>
 inline void dequant_wide(const uint8_t* grp, int64_t kk, const Scales& s, Vec* out) {
   __m512i q[2];
   if constexpr (byte_codes(T)) {
-    for (int j = 0; j < 2; ++j)
-      q[j] = _mm512_cvtepi8_epi32(
-          _mm_loadu_si128(reinterpret_cast<const __m128i*>(grp + codes_at(T) + (kk + j) * 16)));
+    for (int j = 0; j < 2; ++j) q[j] = signed16(grp + codes_at(T) + (kk + j) * 16);
   } else {
     const __m512i nib = bytes16(grp + codes_at(T) + kk / 2 * 16);
     q[0] = _mm512_and_si512(nib, _mm512_set1_epi32(0x0f));
@@ -185,25 +186,24 @@ inline Vec scaled(__m256i a, __m256i b, const Scales& s) {
     return {_mm256_fmadd_ps(s.d.lo, qa, s.m.lo), _mm256_fmadd_ps(s.d.hi, qb, s.m.hi)};
   return {_mm256_mul_ps(qa, s.d.lo), _mm256_mul_ps(qb, s.d.hi)};
 }
-// the lines_per_load(T) weight lines of one 16-byte load
-template <int64_t T>
-inline void dequant(const uint8_t* p, const Scales& s, Vec* out) {
-  const __m128i lo8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
-  const __m128i hi8 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + 8));
-  if constexpr (T == kQ8_0) {
-    out[0] = scaled<T>(_mm256_cvtepi8_epi32(lo8), _mm256_cvtepi8_epi32(hi8), s);
-  } else {
-    const __m256i a = _mm256_cvtepu8_epi32(lo8), b = _mm256_cvtepu8_epi32(hi8);
-    const __m256i nib = _mm256_set1_epi32(0x0f);
-    out[0] = scaled<T>(_mm256_and_si256(a, nib), _mm256_and_si256(b, nib), s);
-    out[1] = scaled<T>(_mm256_srli_epi32(a, 4), _mm256_srli_epi32(b, 4), s);
-  }
-}
+// 8 bytes widened to 32-bit lanes, unsigned or signed
 inline __m256i bytes8(const uint8_t* p) {
   return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
 }
 inline __m256i signed8(const uint8_t* p) {
   return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+}
+// the lines_per_load(T) weight lines of one 16-byte load
+template <int64_t T>
+inline void dequant(const uint8_t* p, const Scales& s, Vec* out) {
+  if constexpr (T == kQ8_0) {
+    out[0] = scaled<T>(signed8(p), signed8(p + 8), s);
+  } else {
+    const __m256i a = bytes8(p), b = bytes8(p + 8);
+    const __m256i nib = _mm256_set1_epi32(0x0f);
+    out[0] = scaled<T>(_mm256_and_si256(a, nib), _mm256_and_si256(b, nib), s);
+    out[1] = scaled<T>(_mm256_srli_epi32(a, 4), _mm256_srli_epi32(b, 4), s);
+  }
 }
 // eight columns of a wide type's line j (k = kk + j): their codes, scales and offsets
 template <int64_t T>
