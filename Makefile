@@ -63,10 +63,10 @@ test-fast: $(STAMP)
 test-ipywidgets7: install
 	OMP_NUM_THREADS=1 scripts/ipywidgets7.sh
 
-# The kernels at 1-16 threads for 60 s each (make test runs 3 s each) and the pool, noise
-# queue and kernels longer under ThreadSanitizer (docs/determinism.md#thread-counts).
+# The kernels at 1-16 threads for 4000 rounds of 64 calls each (make test runs 100 each) and
+# the pool, noise queue and kernels longer under ThreadSanitizer (docs/determinism.md#thread-counts).
 sanitize: install
-	SW_STRESS_SECONDS=60 SW_TSAN_ROUNDS=20 $(BIN)/python -m pytest -q -s tests/test_kernel_threads.py -p no:cacheprovider
+	SW_STRESS_ROUNDS=4000 SW_TSAN_ROUNDS=20 $(BIN)/python -m pytest -q -s tests/test_kernel_threads.py -p no:cacheprovider
 
 # The explorer images in docs/ (light, dark, narrow), regenerated on purpose: the browser test
 # writes screenshots only to its temporary folder unless SW_SCREENSHOT_DIR names another.

@@ -16,7 +16,10 @@ activation, else 40, every position alike); (b) ``feature``: the top feature of
 ``engine.concept_vector`` at its recommended strength ((b) and (c) with the engine's
 recommended ``prompt_multiplier``); (d) ``prompt``: the unsteered model asked to talk about
 the concept (chat: a sentence appended to the user's message; completion: a lead-in
-sentence), scored against the DEFAULT of the original prompt. (a) and (b) are reported per
+sentence), scored against the DEFAULT of the original prompt; (e) ``concept``: the set
+``engine.concept_features`` returns, each feature at its fitted strength. Success comes with
+a 95% bootstrap interval over concepts, and (e) minus (b) and (e) minus (c) are paired on
+the same (concept, prompt) cells (``stats.py``). (a) and (b) are reported per
 SAE as well; the headline (b) is ``engine.search_features``' top match over its default
 sources (the SAEs nearest the concept layer). (a)-(c) run through ``engine.evaluate`` (the
 concept's word forms as judge, one strength: x1): all steered rows of one prompt decode in one
@@ -72,7 +75,7 @@ def steered_rows(engine, prompt, configs: dict) -> dict:
     return {name: r.outputs["STEERED"] for name, r in engine.steer_batch(requests).items()}
 
 
-METHODS = ("search", "feature", "vector", "prompt")
+METHODS = ("search", "feature", "vector", "prompt", "concept")
 
 
 def evaluate(
@@ -85,6 +88,7 @@ def evaluate(
     batch beside DEFAULT and is exactly its solo run, so a subset of methods reproduces the
     full run's figures for those methods. (d) is the prompted model's own generation."""
     rows = []
+    prompts = [{**p, "index": i} for i, p in enumerate(prompts)]
     for name in names:
         forms = concepts[name]
         configs, best = steerings(engine, name, sources, methods)
@@ -124,6 +128,10 @@ def steerings(engine, name: str, sources: list, methods) -> tuple[dict, str | No
         configs["vector"] = sw.SteerRequest(
             "", vectors=[engine.concept_vector(name)], **recommended
         )
+    if "concept" in methods:
+        configs["concept"] = sw.SteerRequest(
+            "", features=engine.concept_features(name), **recommended
+        )
     if "feature" in methods:
         for s in sources:
             m = engine.search_features(name, sources=[s], n=1)[0]
@@ -147,6 +155,7 @@ def _row(concept: str, p: dict, method: str, success: bool, fluency: float, text
     return {
         "concept": concept,
         "prompt": p["kind"],
+        "prompt_index": p["index"],
         "method": method,
         "success": bool(success),
         "fluency_delta": fluency,
@@ -184,6 +193,26 @@ def summarise(rows: list[dict]) -> dict:
     return out
 
 
+def intervals(rows: list[dict], prefix: str) -> dict:
+    """Bootstrap intervals over concepts: each method's success, and (e) paired against
+    (b) and (c) on the same (concept, prompt) cells."""
+    from stats import paired_bootstrap, success_interval
+
+    cells = [{**r, "prompt": r["prompt_index"]} for r in rows]
+    out = {}
+    present = {r["method"] for r in cells}
+    for m in ("feature", "vector", "prompt", "concept"):
+        if m in present:
+            _, lo, hi = success_interval(cells, m)
+            out[f"{prefix}{m}_success_ci95"] = [round(lo, 3), round(hi, 3)]
+    for other in ("feature", "vector"):
+        if {"concept", other} <= present:
+            d, lo, hi = paired_bootstrap(cells, "concept", other)
+            out[f"{prefix}concept_minus_{other}"] = round(d, 3)
+            out[f"{prefix}concept_minus_{other}_ci95"] = [round(lo, 3), round(hi, 3)]
+    return out
+
+
 def run(splits=("dev", "report"), save_rows: Path | None = None, methods=METHODS) -> dict:
     import steer_widgets as sw
 
@@ -200,15 +229,13 @@ def run(splits=("dev", "report"), save_rows: Path | None = None, methods=METHODS
         all_rows[split] = rows["rows"]
         summary = summarise(rows["rows"])
         prefix = "" if split == "report" else "dev."
-        for key, method in (
-            ("search", "search"),
-            ("feature", "feature"),
-            ("vector", "vector"),
-            ("prompt", "prompt"),
-        ):
+        for method in METHODS:
             if method in summary:
-                figures[f"{prefix}{key}_success"] = round(summary[method]["success"], 3)
-                figures[f"{prefix}{key}_fluency_delta"] = round(summary[method]["fluency_delta"], 3)
+                figures[f"{prefix}{method}_success"] = round(summary[method]["success"], 3)
+                figures[f"{prefix}{method}_fluency_delta"] = round(
+                    summary[method]["fluency_delta"], 3
+                )
+        figures.update(intervals(rows["rows"], prefix))
         for m, s in summary.items():
             if ":" in m:
                 figures[f"{prefix}per_sae.{m}.success"] = round(s["success"], 3)

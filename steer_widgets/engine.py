@@ -17,6 +17,7 @@ from torch import Tensor
 
 from . import checks
 from .analysis.activations import FeatureActivations, ResidualCache, Text, TopFeatures, TopPerToken
+from .analysis.concept_features import ConceptFeatures
 from .analysis.concepts import PROMPT_MULTIPLIER, Concepts, FeatureMatches
 from .analysis.evaluation import Evaluation
 from .analysis.text import Analysis
@@ -36,6 +37,7 @@ from .steering.requests import (
     Vector,
     build_plan,
     resolve_directions,
+    sample_seeds,
     unsteered,
     validate_shape,
 )
@@ -135,7 +137,7 @@ class Engine:
         started = time.perf_counter()
         prompt, plan = self.plan(request)  # raises before any work
         frame = None
-        for frame in self._stream(request, prompt, plan, cancel or threading.Event()):  # noqa: B007
+        for frame in self._stream(request, prompt, plan, cancel):  # noqa: B007
             pass
         elapsed = time.perf_counter() - started
         stats = {"seconds": elapsed, "steps": frame.step if frame else 0}
@@ -152,7 +154,7 @@ class Engine:
         """
         request = as_request(request)
         prompt, plan = self.plan(request)  # raises before any work
-        return self._stream(request, prompt, plan, cancel or threading.Event())
+        return self._stream(request, prompt, plan, cancel)
 
     def generate(self, prompt, **sampling) -> Completion:
         """The model's own completion (no steering), e.g. ``engine.generate("Hi", seed=1)``."""
@@ -165,12 +167,9 @@ class Engine:
         token for token (each row has its own random stream), so writing several examples
         costs about one generation.
         """
-        if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= 64:
-            raise RequestError("n", f"must be an integer from 1 to 64, got {n!r}")
         request = unsteered(prompt, sampling)
         prompt_enc, _ = self.plan(request)  # raises before any work
-        checks.integer("seed", request.seed + n - 1, *checks.SEED_RANGE)  # the last row's
-        rows = [Row(seed=request.seed + i) for i in range(n)]
+        rows = [Row(seed=seed) for seed in sample_seeds(request, n)]
         return self.decoder.decode_all(prompt_enc.ids, rows, request.sampling)
 
     def steer_batch(
@@ -190,14 +189,14 @@ class Engine:
         for (name, label), completion in batch.cached.items():
             outputs[name][label] = completion
         done: list[Completion] = []
-        for rows, slots in batch.parts():
-            done += self.decoder.decode_all(None, rows, None, cancel)
-            for completion, answers in zip(done[-len(rows) :], slots, strict=True):
-                for name, label in answers:
-                    outputs[name][label] = completion
-        for r, (name, _) in batch.defaults():
-            if done[r].stop != "cancelled":
-                self.decoder.remember_default(plans[name][0].ids, reqs[name].sampling, done[r])
+        with self.decoder.running(cancel) as token:  # one token for every part
+            for rows, slots in batch.parts():
+                done += self.decoder.decode_all(None, rows, None, token)
+                for completion, answers in zip(done[-len(rows) :], slots, strict=True):
+                    for name, label in answers:
+                        outputs[name][label] = completion
+        for r, (name, _) in batch.defaults():  # kept only if complete
+            self.decoder.remember_default(plans[name][0].ids, reqs[name].sampling, done[r])
         stats = {"seconds": time.perf_counter() - started, "batch": len(batch.rows)}
         return {
             n: SteerResult(
@@ -205,7 +204,7 @@ class Engine:
                 ordered(outputs[n], plans[n][1].labels),
                 plans[n][0].ids,
                 self.model.name,
-                stats,
+                dict(stats),  # each result its own
             )  # fmt: skip
             for n in reqs
         }
@@ -224,12 +223,16 @@ class Engine:
         return SteerResult(request, dict(outputs), prompt.ids, self.model.name)
 
     def clear_caches(self) -> None:
-        """Forget cached DEFAULT completions and residuals (SAEs stay loaded)."""
+        """Forget cached DEFAULT completions, residuals and the examples the model wrote for
+        concepts (SAEs stay loaded)."""
         self.decoder.clear()
         self._analysis.clear()
+        self.concepts.clear()
 
     def cancel_all(self) -> None:
-        """Stop every running generation within one decode step."""
+        """Stop every running generation before its next prefill or decode step, every later
+        part of a split batch included: each run's one cancel token is set (the caller's
+        ``cancel`` event where one was given; ``decoder.runs``)."""
         self.decoder.cancel_all()
 
     def plan(self, request: SteerRequest) -> tuple[EncodedPrompt, Plan]:
@@ -370,6 +373,26 @@ class Engine:
         read from by default."""
         return self.concepts.search(query, sources, n, examples)
 
+    def concept_features(
+        self,
+        concept: str | Sequence | Vector,
+        k: int | None = None,
+        sources: Sequence[str] | None = None,
+        examples: Sequence | None = None,
+    ) -> ConceptFeatures:
+        """A concept as at most ``k`` SAE features that steer together: a list of plain
+        ``Feature``s, each with its own fitted strength, so that
+        ``SteerRequest(prompt, features=engine.concept_features("horse"),
+        prompt_multiplier=engine.default_prompt_multiplier())`` steers toward the concept and
+        its record replays unchanged. ``.concept``, ``.labels``, ``.weights`` and ``.cosine``
+        read the set as an explanation; ``.to_frame()`` shows it.
+
+        ``concept``: a name (its concept vector), texts or chats, or any ``Vector`` (its
+        strength is the push the set matches). ``k=None`` is the recommended size.
+        ``sources``: SAEs reading the concept's hook (``None``: those nearest the concept
+        layer). ``examples``: texts about the named concept to read it from instead."""
+        return self.concepts.features(concept, k, sources, examples)
+
     def decompose(self, vector: Vector | Tensor, source: str, n: int = 10) -> FeatureMatches:
         """The features of ``source`` that best explain ``vector`` (greedy matching pursuit;
         ``score`` is each feature's share of the vector's length)."""
@@ -435,8 +458,8 @@ class Engine:
             try:
                 reqs[name] = as_request(request)
                 plans[name] = self.plan(reqs[name])
-            except RequestError as err:
-                raise RequestError(f"requests[{name!r}].{err.field}", err.problem) from None
+            except RequestError as err:  # its own class: RemoteUnsupported stays one
+                raise err.under(f"requests[{name!r}]") from None
         return reqs, plans
 
     def _encode(self, request: SteerRequest) -> EncodedPrompt:
@@ -465,11 +488,10 @@ class Engine:
                 stop = "eos" if step_out.done[r] else ""
                 outputs[label] = decoder.completion(got.ids[r], stop, got.probs[r])
             yield Frame(ordered(outputs, plan.labels), step)
-        stop = "cancelled" if cancel.is_set() else "length"
-        for r, label in enumerate(labels):
-            if outputs[label].stop != "eos":
-                outputs[label] = decoder.completion(got.ids[r], stop, got.probs[r])
-        if "DEFAULT" in labels and outputs["DEFAULT"].stop != "cancelled":
+        wanted = request.sampling.n_completion_tokens
+        for r, label in enumerate(labels):  # complete or "cancelled": decoder.final's rule
+            outputs[label] = decoder.final(got.ids[r], wanted, got.probs[r])
+        if "DEFAULT" in labels:  # kept only if complete
             decoder.remember_default(prompt.ids, request.sampling, outputs["DEFAULT"])
         yield Frame(ordered(outputs, plan.labels), step, done=True)
 

@@ -16,10 +16,30 @@ class RequestError(SteerWidgetsError, ValueError):
         self.field, self.problem = field, problem
         super().__init__(f"{field}: {problem}")
 
+    def under(self, prefix: str) -> RequestError:
+        """This error naming its field under ``prefix`` (``requests['b']`` and ``seed`` give
+        ``requests['b'].seed``), of its own class and with its own attributes: a batch names
+        the request at fault, and a caller that catches a subclass (``RemoteUnsupported``)
+        still catches it."""
+        keyed = type(self).__new__(type(self))
+        keyed.__dict__.update(self.__dict__)
+        RequestError.__init__(keyed, f"{prefix}.{self.field}", self.problem)
+        return keyed
+
 
 class ArgumentError(RequestError, TypeError):
     """A call with an argument its function does not take, or without one it needs (say,
     ``ex.set(nope=1)``): ``field`` is the argument. Also a ``TypeError``, as Python's own."""
+
+
+class Cancelled(SteerWidgetsError):
+    """A call that needs whole completions (a concept's examples) was stopped by
+    ``cancel_all`` before they ended: it has no answer and keeps nothing, so asking again
+    starts afresh. ``what`` names what was being made."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        super().__init__(f"cancelled while making {what}; nothing was kept: ask again")
 
 
 class SourceError(SteerWidgetsError, ValueError):
@@ -66,6 +86,15 @@ class ModelGated(ModelError, PermissionError):
 
 class ModelUnavailable(ModelError, ConnectionError):
     """The model is not in the hub cache and the hub cannot be reached (or ``HF_HUB_OFFLINE``)."""
+
+
+class FileWriteError(SteerWidgetsError, OSError):
+    """A file could not be written whole (a full disk, a file-size limit, a read-only folder):
+    ``path`` names it, and a file that was already there keeps its bytes (``files.py``)."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        self.path, self.problem = str(path), problem
+        super().__init__(f"{self.path}: {problem}")
 
 
 class QuantizationUnsupported(SteerWidgetsError, ValueError):

@@ -23,6 +23,8 @@ import re
 import tempfile
 from pathlib import Path
 
+from .files import write_text_atomically
+
 STATIC = Path(__file__).parent / "widgets" / "static"
 STATE_MIME = "application/vnd.jupyter.widget-state+json"
 TEMPLATE_NAME = "steer_widgets_offline.html.j2"
@@ -67,7 +69,7 @@ def dump_kernel_state(path: str, timeout: float = 300.0) -> int:
             raise ExportError(f"an explorer did not finish within {timeout} s: {obj.status}")
     # drop_defaults=False: anywidget's front end needs every trait (_esm included).
     state = embed_data(views=None, drop_defaults=False)["manager_state"]
-    Path(path).write_text(json.dumps(state))
+    write_text_atomically(path, json.dumps(state), _export_error)
     return len(state["state"])
 
 
@@ -183,5 +185,10 @@ def export(
         nb = nbformat.read(str(src), as_version=4)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(to_html(nb, title=src.stem), encoding="utf-8")
+    write_text_atomically(out, to_html(nb, title=src.stem), _export_error)
     return out
+
+
+def _export_error(path: str, problem: str) -> ExportError:
+    """A file the export cannot write (whole or not at all: ``files.py``), named by path."""
+    return ExportError(f"{path} {problem}")

@@ -1,4 +1,5 @@
-"""Shared fixtures: one engine on the offline default model for the whole session."""
+"""Shared fixtures: one engine on the offline default model for the whole session, and one
+compile of each other instruction-set build of the kernel."""
 
 from __future__ import annotations
 
@@ -22,3 +23,12 @@ def sources(engine):
     names = engine.saes.sources()
     assert len(names) >= 3, f"default SAEs missing from the package: {names}"
     return names
+
+
+@pytest.fixture(scope="session")
+def kernel_variants(tmp_path_factory):
+    """The kernel's other instruction-set builds, each compiled once for the whole session
+    however many test files run it (``kernel_variants.py``)."""
+    from kernel_variants import KernelVariants
+
+    return KernelVariants(tmp_path_factory.mktemp("kernel-variants"))

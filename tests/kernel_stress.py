@@ -1,11 +1,13 @@
 """Stress of the native kernels at one thread count, bit for bit against one thread.
 
-``python tests/kernel_stress.py --threads 4 --seconds 5`` builds a fixed set of calls on the
+``python tests/kernel_stress.py --threads 4 --rounds 400`` builds a fixed set of calls on the
 default model's widths (float32 and GGUF-quantized products of 1 to 13 rows and 16 to 4,096
 columns, causal attention of 1 to 9 positions over 1 to 300 keys, ragged decode steps of 1 to 16
 cache rows at positions of their own, RMSNorm, rotary, queued sampling noise),
-computes every call's result at one thread, then repeats the calls in a random order at
-``--threads`` for ``--seconds`` and prints one JSON line: calls and wrong results per op.
+computes every call's result at one thread, then makes every call once at ``--threads`` and
+``--rounds`` rounds of 64 calls in a random order, and prints one JSON line: calls and wrong
+results per op. The work is counted, not timed, so a slower machine runs the same calls longer
+rather than fewer of them (every op is always drawn: the first round is every call once).
 Calls of few and of many column blocks alternate, so the pool's workers keep meeting calls
 they take no part in, the window where a pool can race. A crash is the process dying: run
 it in a subprocess (``tests/test_kernel_threads.py`` does, at 1-16 threads).
@@ -127,9 +129,10 @@ def build(seed: int) -> dict[str, Call]:
     return {**float_calls(gen, rng), **quant_calls(gen, rng), **other_calls(gen, rng)}
 
 
-def run(threads: int, seconds: float, seed: int) -> dict:
-    """Every call's result at one thread, then calls in random order at ``threads``, with
-    noise draws queued between them (as a sampled decode step queues them)."""
+def run(threads: int, rounds: int, seed: int) -> dict:
+    """Every call's result at one thread, then every call once and ``rounds`` rounds of random
+    calls at ``threads``, with noise draws queued between them (as a sampled decode step queues
+    them)."""
     assert native.extension() is not None, "the native kernel did not build"
     torch.set_num_threads(1)
     calls = build(seed)
@@ -142,45 +145,65 @@ def run(threads: int, seconds: float, seed: int) -> dict:
     names, rng = sorted(calls), random.Random(seed + threads)
     # cheap calls more often: more calls, and more of them with fewer chunks than threads
     weights = [1 / max(cost[n], 1e-6) ** 0.5 for n in names]
-    done, wrong = Counter(), Counter()
-    examples: list[str] = []
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        queued = [(torch.empty(4096), rng.randrange(1 << 30)) for _ in range(rng.randint(0, 3))]
-        tickets = [native.noise_start(o, torch.Generator().manual_seed(s)) for o, s in queued]
-        for name in rng.choices(names, weights, k=64):
-            got = calls[name]()
-            op = name.split()[0]
-            done[op] += 1
-            if not torch.equal(got, want[name]):
-                wrong[op] += 1
-                err = (got - want[name]).abs().max().item()
-                examples.append(f"{name}: max error {err:.3g}")
-        for (out, s), ticket in zip(queued, tickets, strict=True):
-            native.noise_finish(ticket)
-            done["queued noise"] += 1
-            ref = torch.empty(4096).exponential_(1, generator=torch.Generator().manual_seed(s))
-            if not torch.equal(out, ref):
-                wrong["queued noise"] += 1
+    tally = Tally()
+    started = time.perf_counter()
+    tally.round(calls, want, rng.sample(names, len(names)), rng, least_noise=1)
+    for _ in range(rounds):
+        tally.round(calls, want, rng.choices(names, weights, k=64), rng)
     return {
         "threads": threads,
         "kernel_threads": native.kernel_threads(),
-        "seconds": seconds,
-        "calls": sum(done.values()),
-        "wrong": sum(wrong.values()),
-        "calls_by_op": dict(done),
-        "wrong_by_op": dict(wrong),
-        "examples": examples[:10],
+        "rounds": rounds,
+        "seconds": round(time.perf_counter() - started, 2),  # for reading only: never a limit
+        "calls": sum(tally.done.values()),
+        "wrong": sum(tally.wrong.values()),
+        "calls_by_op": dict(tally.done),
+        "wrong_by_op": dict(tally.wrong),
+        "examples": tally.examples[:10],
     }
+
+
+class Tally:
+    """Calls made and results that differ from one thread's, per op."""
+
+    def __init__(self) -> None:
+        self.done: Counter[str] = Counter()
+        self.wrong: Counter[str] = Counter()
+        self.examples: list[str] = []
+
+    def round(
+        self, calls: dict[str, Call], want: dict[str, torch.Tensor], picks: list[str],
+        rng: random.Random, least_noise: int = 0,
+    ) -> None:  # fmt: skip
+        """``picks`` in order, with 0-3 noise draws (at least ``least_noise``) queued before
+        them and finished after them."""
+        seeds = [rng.randrange(1 << 30) for _ in range(rng.randint(least_noise, 3))]
+        outs = [torch.empty(4096) for _ in seeds]
+        gens = [torch.Generator().manual_seed(s) for s in seeds]
+        tickets = [native.noise_start(o, g) for o, g in zip(outs, gens, strict=True)]
+        for name in picks:
+            got = calls[name]()
+            self.count(name.split()[0], got, want[name], name)
+        for out, s, ticket in zip(outs, seeds, tickets, strict=True):
+            native.noise_finish(ticket)
+            ref = torch.empty(4096).exponential_(1, generator=torch.Generator().manual_seed(s))
+            self.count("queued noise", out, ref, f"queued noise seed {s}")
+
+    def count(self, op: str, got: torch.Tensor, want: torch.Tensor, name: str) -> None:
+        self.done[op] += 1
+        if not torch.equal(got, want):
+            self.wrong[op] += 1
+            err = (got - want).abs().max().item()
+            self.examples.append(f"{name}: max error {err:.3g}")
 
 
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--threads", type=int, required=True)
-    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--rounds", type=int, default=400, help="rounds of 64 random calls")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    print(json.dumps(run(args.threads, args.seconds, args.seed)), flush=True)
+    print(json.dumps(run(args.threads, args.rounds, args.seed)), flush=True)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,12 @@ quantized default model at random, as a user's clicks and a notebook's calls wou
 Run by ``test_soak.py`` in a subprocess (a crash or a deadlock is a failure there, and the
 resident memory measured is the explorer's alone); by hand::
 
-    python tests/soak.py --seconds 600 --runs 1000 --json soak.json
+    python tests/soak.py --actions 6000 --runs 100 --json soak.json
+
+It counts work, not seconds: the users act until every kind of action has been taken
+``--each`` times, ``--actions`` in all, ``--runs`` runs have finished and ``--replaced`` were
+replaced or stopped, so a slower machine does the same work in more time. ``--hang-s`` is a
+hang guard only (exit 4 naming what was still missing).
 
 What it checks, printed as JSON at the end: every wait returned (a watchdog dumps the stacks
 and exits 3 otherwise), no unnamed error (an exception other than a ``SteerWidgetsError``
@@ -26,6 +31,7 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -36,6 +42,8 @@ SOURCE = "12-smollm2-res-4k"
 PROMPTS = ["I think that", "The ocean is", "My favourite food is", "Once upon a time"]
 TOKENS = 8
 WAIT_S = 120.0  # any wait longer than this is a deadlock
+# While only finished runs are missing: actions that never replace the run, and runs waited for
+CALM = {"run": 3, "click": 2, "card": 2, "view": 1}
 
 
 def rss_mb(field: str = "VmRSS") -> float:
@@ -51,13 +59,24 @@ def rss_mb(field: str = "VmRSS") -> float:
     return 0.0
 
 
+@dataclass(frozen=True)
+class Goal:
+    """The work a soak does before it stops: counts, never seconds."""
+
+    each: int = 2  # every kind of action at least this often
+    actions: int = 150  # actions in all
+    runs: int = 3  # runs finished (each replayed against engine.steer)
+    replaced: int = 3  # runs replaced by a newer change or stopped
+
+
 class Soak:
     """The explorer, the actions a user takes on it, and what went wrong."""
 
-    def __init__(self, engine: sw.Engine, folder: Path, seed: int) -> None:
+    def __init__(self, engine: sw.Engine, folder: Path, seed: int, goal: Goal = Goal()) -> None:
         self.engine = engine
         self.folder = folder
         self.seed = seed
+        self.goal = goal
         self.ex = sw.Explorer(
             engine, features=[(SOURCE, 100)], n_completion_tokens=TOKENS, temperature=0,
             debounce_s=0.02,
@@ -78,9 +97,9 @@ class Soak:
     def prompt(self, rng: random.Random) -> None:
         self.ex.set(prompt=rng.choice(PROMPTS))
 
-    def run(self, rng: random.Random) -> None:
+    def run(self, rng: random.Random, calm: bool = False) -> None:
         self.ex.run()
-        if rng.random() < 0.5:
+        if calm or rng.random() < 0.5:
             self.wait(self.ex.wait, "run")
 
     def stop(self, rng: random.Random) -> None:
@@ -148,10 +167,12 @@ class Soak:
         with self.lock:
             self.problems.append(text)
 
-    def act(self, rng: random.Random) -> None:
-        name = rng.choices(list(self.actions), weights=list(self.actions.values()))[0]
+    def act(self, rng: random.Random, calm: bool = False) -> None:
+        """One action drawn by weight; ``calm``: one that lets the running run finish."""
+        weights = {k: v for k, v in CALM.items() if calm and k in self.actions} or self.actions
+        name = rng.choices(list(weights), weights=list(weights.values()))[0]
         try:
-            getattr(self, name)(rng)
+            getattr(self, name)(rng, calm) if name == "run" else getattr(self, name)(rng)
         except sw.SteerWidgetsError as err:
             if not any(getattr(err, a, None) is not None for a in ("field", "source", "model")):
                 self.problem(f"{name}: {err!r} names nothing")
@@ -161,13 +182,58 @@ class Soak:
             self.counts[name] = self.counts.get(name, 0) + 1
         self.peak_mb = max(self.peak_mb, rss_mb())
 
-    def user(self, rng: random.Random, until: float, runs: int) -> None:
-        while time.monotonic() < until or self.finished() < runs:
-            self.act(rng)
+    def user(self, rng: random.Random, hang_at: float) -> None:
+        """Act until the goal is met (or the hang guard's time has come)."""
+        while (missing := self.missing()) and time.monotonic() < hang_at:
+            self.act(rng, calm=missing == ["runs"])
             time.sleep(rng.expovariate(1 / 0.05))
 
-    def finished(self) -> int:
-        return sum(1 for r in self.ex.history if not r.get("cancelled"))
+    def missing(self) -> list[str]:
+        """The parts of the goal not met yet: once only finished runs are missing, the users
+        calm down (no action that replaces the run) so that runs finish on any machine."""
+        with self.lock:
+            counts = dict(self.counts)
+        history = list(self.ex.history)
+        gaps = {
+            "each": any(counts.get(k, 0) < self.goal.each for k in self.actions),
+            "actions": sum(counts.values()) < self.goal.actions,
+            "replaced": len(replaced_runs(history)) < self.goal.replaced,
+            "runs": len(finished_runs(history)) < self.goal.runs,
+        }
+        return [name for name, short in gaps.items() if short]
+
+
+def finished_runs(history: list[dict]) -> list[dict]:
+    return [r for r in history if not r.get("cancelled") and r.get("outputs")]
+
+
+def replaced_runs(history: list[dict]) -> list[dict]:
+    return [r for r in history if r.get("cancelled")]
+
+
+def drive(soak: Soak, threads: int, seed: int, hang_s: float) -> int:
+    """The users acting until the goal is met: 0, or 4 when the hang guard's time came first
+    (what was missing on stderr), or 3 when a user never came back (every stack dumped)."""
+    hang_at = time.monotonic() + hang_s
+    users = [
+        threading.Thread(
+            target=soak.user, args=(random.Random(seed * 100 + i), hang_at),
+            name=f"user-{i}", daemon=True,
+        )
+        for i in range(threads)
+    ]  # fmt: skip
+    for t in users:
+        t.start()
+    for t in users:
+        t.join(max(hang_at + 2 * WAIT_S - time.monotonic(), 1))
+        if t.is_alive():  # a deadlock: show where every thread is
+            faulthandler.dump_traceback(all_threads=True)
+            return 3
+    if missing := soak.missing():
+        print(f"hang guard: the soak's goal {soak.goal} was not met in {hang_s:.0f} s, "
+              f"missing {missing}; actions {soak.counts}", file=sys.stderr)  # fmt: skip
+        return 4
+    return 0
 
 
 def tensor_mb() -> float:
@@ -198,8 +264,11 @@ def replayed(engine: sw.Engine, runs: list[dict]) -> tuple[int, list[str]]:
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--seconds", type=float, default=60.0)
-    parser.add_argument("--runs", type=int, default=0, help="go on until this many finished")
+    parser.add_argument("--each", type=int, default=Goal.each, help="each kind of action")
+    parser.add_argument("--actions", type=int, default=Goal.actions, help="actions in all")
+    parser.add_argument("--runs", type=int, default=Goal.runs, help="runs finished")
+    parser.add_argument("--replaced", type=int, default=Goal.replaced, help="runs replaced")
+    parser.add_argument("--hang-s", type=float, default=1800.0, help="a hang guard, not a goal")
     parser.add_argument("--threads", type=int, default=3, help="users acting at once")
     parser.add_argument("--torch-threads", type=int, default=4, help="above a laptop's cores")
     parser.add_argument("--seed", type=int, default=0)
@@ -214,30 +283,17 @@ def main() -> int:
     torch.set_num_threads(args.torch_threads)
     engine = sw.Engine.default()
     loaded_mb = rss_mb()
+    goal = Goal(args.each, args.actions, args.runs, args.replaced)
     with tempfile.TemporaryDirectory() as tmp:
-        soak = Soak(engine, Path(tmp), args.seed)
+        soak = Soak(engine, Path(tmp), args.seed, goal)
         if args.only:
             soak.actions = {k: v for k, v in soak.actions.items() if k in args.only}
         if not soak.ex.wait(WAIT_S):
             print("the first run did not finish", file=sys.stderr)
             return 3
         started = time.monotonic()
-        until = started + args.seconds
-        users = [
-            threading.Thread(
-                target=soak.user, args=(random.Random(args.seed * 100 + i), until, args.runs),
-                name=f"user-{i}", daemon=True,
-            )
-            for i in range(args.threads)
-        ]  # fmt: skip
-        for t in users:
-            t.start()
-        deadline = until + 600 + args.runs * 5.0
-        for t in users:
-            t.join(max(deadline - time.monotonic(), 1))
-            if t.is_alive():  # a deadlock: show where every thread is
-                faulthandler.dump_traceback(all_threads=True)
-                return 3
+        if code := drive(soak, args.threads, args.seed, args.hang_s):
+            return code
         soak.ex.stop()
         soak.ex.stop_evaluation()
         for fn, what in ((soak.ex.wait, "run"), (soak.ex.wait_evaluation, "evaluation")):
@@ -246,14 +302,14 @@ def main() -> int:
         elapsed = time.monotonic() - started
         last_mb = rss_mb()
         held_mb = tensor_mb()
-        runs = [r for r in soak.ex.history if not r.get("cancelled") and r.get("outputs")]
+        runs = finished_runs(soak.ex.history)
         traceback_text = soak.ex.last_traceback
         soak.ex.close()
         checked, wrong = replayed(engine, runs[: args.verify])
     report = {
         "seconds": round(elapsed, 1), "threads": args.threads, "seed": args.seed,
         "actions": soak.counts, "runs_finished": len(runs),
-        "runs_replaced_or_stopped": sum(1 for r in soak.ex.history if r.get("cancelled")),
+        "runs_replaced_or_stopped": len(replaced_runs(soak.ex.history)),
         "runs_checked": checked, "runs_wrong": wrong, "problems": soak.problems[:20],
         "thread_errors": caught[:20], "traceback": traceback_text,
         "rss_loaded_mb": round(loaded_mb), "rss_peak_mb": round(soak.peak_mb),

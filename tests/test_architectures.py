@@ -9,11 +9,16 @@ and batched rows (greedy and sampled, steered or not) against the same rows alon
 
 from __future__ import annotations
 
+import copy
+import dataclasses
+
 import pytest
 import torch
 import transformers as tf
 
 import steer_widgets as sw
+from steer_widgets.runtime.config import TransformerConfig
+from steer_widgets.runtime.linear import DEFAULT_KERNEL
 from steer_widgets.runtime.model import load_model
 from steer_widgets.runtime.transformer import Transformer
 from steer_widgets.steering.generation import Row, Sampling, decode
@@ -102,17 +107,23 @@ def _configs() -> dict:
 ARCHS = sorted(_configs())
 
 
-def build(name: str, tokenizer, folder):
-    """A random-weight transformers model of ``name``, saved into ``folder``."""
+def random_model(name: str, vocab: int):
+    """A random-weight transformers model of ``name`` with a vocabulary of ``vocab``."""
     config = _configs()[name]()
     for part in (config, getattr(config, "text_config", config)):
-        part.vocab_size, part.initializer_range = len(tokenizer), 0.1
+        part.vocab_size, part.initializer_range = vocab, 0.1
     torch.manual_seed(0)
     hf = tf.AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
     with torch.no_grad():
         for p in hf.parameters():
             if p.dim() == 1:  # norms start at 1 or 0 and biases at 0: make them matter
                 p.add_(torch.randn_like(p) * 0.1)
+    return hf
+
+
+def build(name: str, tokenizer, folder):
+    """A random-weight transformers model of ``name``, saved into ``folder``."""
+    hf = random_model(name, len(tokenizer))
     hf.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return hf
@@ -177,6 +188,38 @@ def test_batched_rows_equal_rows_alone(pair, temperature):
         alone = [s.tokens[0] for s in decode(ours, ids, [row], sampling, frozenset())]
         assert [t[r] for t in together] == alone, r
     assert [t[0] for t in together] != [t[1] for t in together]  # steering changed a row
+
+
+WINDOWED = ["gemma2", "gemma3", "mistral", "qwen2"]  # every architecture with a sliding window
+
+
+@pytest.mark.parametrize(
+    ("name", "kernel"), [*((n, DEFAULT_KERNEL) for n in WINDOWED), ("mistral", "onednn")]
+)
+def test_ragged_rows_past_the_window_equal_their_solo_runs(name, kernel):
+    """Two prompts of 11 and 17 tokens decoded together take ragged steps (each row at its
+    own position) past the layers' window of 7: each row equals its solo run, token for
+    token and in every token probability. Gemma 2's soft-capped attention, and any model
+    without the native kernel, takes the per-row path; the others the native ragged kernel.
+    The window changes these rows' results, so a ragged step that ignored it would fail."""
+    hf = random_model(name, vocab=256)
+    ours = Transformer(TransformerConfig.from_hf_config(hf.config), hf.state_dict(), kernel=kernel)
+    assert 7 in ours.cfg.windows and (ours.cfg.attn_softcap is not None) == (name == "gemma2")
+    rows = [
+        Row(prompt_ids=tuple(range(3, 14)), sampling=Sampling(0.0, 0.0, 0, 5)),
+        Row(prompt_ids=tuple(range(40, 57)), sampling=Sampling(1.0, 1.0, 3, 8)),
+    ]  # fmt: skip
+    together = list(decode(ours, None, rows, None, frozenset()))
+    assert len(together) == 8
+    for r, row in enumerate(rows):
+        alone = list(decode(ours, None, [row], None, frozenset()))
+        assert [s.tokens[r] for s in together[: len(alone)]] == [s.tokens[0] for s in alone]
+        assert [s.probs[r] for s in together[: len(alone)]] == [s.probs[0] for s in alone], r
+    unwindowed = copy.copy(ours)
+    unwindowed.cfg = dataclasses.replace(ours.cfg, windows=())
+    for row in rows:
+        windowed = [s.probs for s in decode(ours, None, [row], None, frozenset())]
+        assert [s.probs for s in decode(unwindowed, None, [row], None, frozenset())] != windowed
 
 
 def test_hook_names_and_widths(pair):

@@ -6,30 +6,25 @@ builds run here in fresh processes, each compiled into a scratch cache: the AVX2
 ARM and other CPUs compile; built for x86-64 with hardware FMA, as those have it). Each loads
 the default engine on its quantized blocks and steers it: greedy tokens equal this machine's
 build's and transformers', and every row of a batch equals its solo run, greedy and sampled.
-The machine without a compiler is ``test_no_compiler.py``'s."""
+Each build is compiled once per session, shared with the other files that run it
+(``kernel_variants.py``). The machine without a compiler is ``test_no_compiler.py``'s."""
 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
+from kernel_variants import AVX2, PORTABLE, ROOT, runs_here
 from torch_threads import at_threads
 
 import steer_widgets as sw
 from steer_widgets.runtime import native
-from steer_widgets.runtime.paths import cache_dir
 
 CHAT = [{"role": "user", "content": "Tell me about the ocean."}]
-CPU = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-VARIANTS = {
-    "avx2": ["-march=x86-64-v3"],
-    "portable": ["-march=x86-64", "-mfma"],  # the scalar code; FMA in hardware, as on ARM
-}
+VARIANTS = {"avx2": AVX2, "portable": PORTABLE}  # the portable one: FMA in hardware, as on ARM
 
 SCRIPT = """
 import json, sys, torch
@@ -107,19 +102,15 @@ def transformers_greedy(engine) -> list[int]:
 
 @pytest.mark.skipif(native.extension() is None, reason="no C++ compiler here")
 @pytest.mark.parametrize("variant", list(VARIANTS))
-def test_every_build_steers_the_default_model_exactly(variant, here, transformers_greedy, tmp_path):
-    if not all(f" {flag} " in CPU for flag in ("avx2", "fma", "f16c")):
+def test_every_build_steers_the_default_model_exactly(
+    variant, here, transformers_greedy, kernel_variants
+):
+    if not runs_here("avx2", "fma", "f16c"):
         pytest.skip("these builds are x86-64 ones: needs a CPU with AVX2, FMA and F16C")
-    flags = [f for f in native.FLAGS if not f.startswith("-march")] + VARIANTS[variant]
-    root = Path(__file__).resolve().parents[1]
-    gguf = cache_dir() / "gguf"
-    if gguf.is_dir():  # the GGUF's converted metadata: a cache the product keeps, shared
-        (tmp_path / "gguf").symlink_to(gguf)
-    path = os.pathsep.join([str(root), str(root / "tests")])  # tests.*, and their helpers
-    env = dict(os.environ, STEER_WIDGETS_CACHE=str(tmp_path), PYTHONPATH=path)
+    flags, env = kernel_variants.flags(VARIANTS[variant]), kernel_variants.env(VARIANTS[variant])
     proc = subprocess.run(
-        [sys.executable, "-c", SCRIPT, " ".join(flags)],
-        env=env, capture_output=True, text=True, timeout=1200, cwd=root,
+        [sys.executable, "-c", SCRIPT, flags],
+        env=env, capture_output=True, text=True, timeout=1200, cwd=ROOT,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])

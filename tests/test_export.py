@@ -18,6 +18,7 @@ from pathlib import Path
 import nbformat
 import pytest
 from chromium import offline_page, require_chromium
+from disk_full import fill_disk_halfway
 
 from steer_widgets import export as sw_export
 
@@ -212,3 +213,22 @@ def test_export_without_running_uses_stored_state(tmp_path):
     page = out.read_text(encoding="utf-8")
     assert "Notes only" in page and "RequireJS" in page
     assert "libembed-amd" not in page  # no widget state: the renderer is not inlined
+
+
+def test_an_export_cut_short_is_named_and_leaves_the_old_page(tmp_path, monkeypatch):
+    """A full disk part way through the page: ``ExportError`` naming it, and the page
+    exported before keeps its bytes (it was truncated and left half written)."""
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("# Notes only")]
+    src, out = tmp_path / "notes.ipynb", tmp_path / "notes.html"
+    nbformat.write(nb, str(src))
+    out.write_text("the page before")
+
+    fill_disk_halfway(monkeypatch)
+    with pytest.raises(sw_export.ExportError, match="No space left") as err:
+        sw_export.export(src, out, run=False)
+    assert str(out) in str(err.value)
+    monkeypatch.undo()
+    assert out.read_text() == "the page before"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.html", "notes.ipynb"]

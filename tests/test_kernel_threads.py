@@ -3,8 +3,9 @@ bit for bit against one thread, each count in its own process so a crash is a fa
 the pool, noise queue and kernels under ThreadSanitizer with no report.
 
 This machine has 2 cores; 3-16 threads here are oversubscribed, which only widens the
-windows a race needs. ``SW_STRESS_SECONDS`` sets the stress per thread count (default 3;
-``make sanitize`` runs 60 and a longer sanitizer run)."""
+windows a race needs. ``SW_STRESS_ROUNDS`` sets the stress per thread count in rounds of 64
+calls after one of every call (default 100; ``make sanitize`` runs 4000 and a longer sanitizer
+run): counted work, so a slower machine takes longer instead of checking less."""
 
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ from steer_widgets.runtime import native
 ROOT = Path(__file__).resolve().parents[1]
 STRESS = Path(__file__).parent / "kernel_stress.py"
 HARNESS = Path(__file__).parent / "native" / "tsan_harness.cpp"
-SECONDS = float(os.environ.get("SW_STRESS_SECONDS", "3"))
+ROUNDS = int(os.environ.get("SW_STRESS_ROUNDS", "100"))
+HANG_S = 600 + ROUNDS  # a hang guard only: 100 rounds took 2-12 s here (2 busy cores)
 TSAN_ROUNDS = int(os.environ.get("SW_TSAN_ROUNDS", "2"))
 
 pytestmark = pytest.mark.skipif(native.extension() is None, reason="no C++ compiler here")
@@ -31,12 +33,14 @@ pytestmark = pytest.mark.skipif(native.extension() is None, reason="no C++ compi
 @pytest.mark.parametrize("threads", [1, 2, 3, 4, 8, 16])
 def test_stress_at_every_thread_count_equals_one_thread(threads):
     proc = subprocess.run(
-        [sys.executable, str(STRESS), "--threads", str(threads), "--seconds", str(SECONDS)],
-        capture_output=True, text=True, timeout=300 + 2 * SECONDS, cwd=ROOT,
+        [sys.executable, str(STRESS), "--threads", str(threads), "--rounds", str(ROUNDS)],
+        capture_output=True, text=True, timeout=HANG_S, cwd=ROOT,
     )  # fmt: skip
     assert proc.returncode == 0, f"the stress died (rc {proc.returncode}): {proc.stderr[-2000:]}"
     report = json.loads(proc.stdout.strip().splitlines()[-1])
-    print(f"stress {threads} threads: {report['calls']} calls, {report['wrong']} wrong")
+    print(
+        f"stress {threads} threads: {report['calls']} calls in {report['seconds']} s, {report['wrong']} wrong"
+    )
     assert report["kernel_threads"] == threads
     ops = {"linear", "Q4_0", "Q4_1", "Q8_0", "attention", "ragged_attention", "rms_norm", "rotary"}
     ops |= {"Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K", "noise"}
@@ -61,6 +65,10 @@ def tsan_build(out: Path) -> Path:
 
 
 def test_thread_sanitizer_reports_nothing(tmp_path):
+    """The harness, in its own process: every call bit for bit at 2-16 threads, and first
+    chunks that throw on the caller's thread and on a worker, which must reach the caller
+    once no chunk runs (before: the call returned while a worker still ran a chunk on its
+    stack, and a worker's exception ended the process)."""
     binary = tsan_build(tmp_path)
     env = dict(os.environ, TSAN_OPTIONS="exitcode=66 halt_on_error=0 second_deadlock_stack=1")
     proc = subprocess.run(

@@ -109,8 +109,15 @@ def tiny(tmp_path_factory) -> Path:
 
 @pytest.fixture
 def cache(tiny, monkeypatch) -> Path:
-    monkeypatch.setenv("STEER_WIDGETS_CACHE", str(tiny.parent / "cache"))
-    return tiny.parent / "cache"
+    """The tiny model's own cache (its converted metadata), sharing this machine's compiled
+    kernel: a process started on it loads that build rather than compiling one of its own."""
+    folder = tiny.parent / "cache"
+    built = native.build_dir().parent  # <the user cache>/ext, before the cache moves
+    if built.is_dir() and not (folder / "ext").exists():
+        folder.mkdir(exist_ok=True)
+        (folder / "ext").symlink_to(built)
+    monkeypatch.setenv("STEER_WIDGETS_CACHE", str(folder))
+    return folder
 
 
 PROMPT = "The ocean is deep and"

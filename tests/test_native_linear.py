@@ -7,10 +7,10 @@ import os
 import subprocess
 import sys
 import threading
-from pathlib import Path
 
 import pytest
 import torch
+from kernel_variants import AVX2_NO_F16C, SCALAR, runs_here
 from torch_threads import at_threads
 
 from steer_widgets.runtime import native
@@ -304,10 +304,9 @@ def test_a_failed_build_warns_once_falls_back_to_onednn_and_is_remembered(tmp_pa
 
 VARIANT = """
 import sys, torch
-from pathlib import Path
 from steer_widgets.runtime import native
-flags = ["-O3", "-ffp-contract=off", "-fopenmp", *sys.argv[2:]]
-native.build("kernels_variant", Path(sys.argv[1]), flags)
+native.FLAGS[:] = sys.argv[1].split()
+assert native.extension() is not None, "the variant did not build"
 op = torch.ops.steer_widgets.rowwise_linear
 for n, k in [(1, 1), (17, 33), (130, 576), (49, 1100)]:
     w, x = torch.randn(n, k), torch.randn(9, k)
@@ -327,14 +326,14 @@ print("ok")
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("flags", [["-mavx2", "-mfma"], ["-march=x86-64"]], ids=["avx2", "scalar"])
-def test_the_avx2_and_scalar_builds_are_right_and_exact(flags, tmp_path):
-    """The paths a CPU without AVX-512 (or without AVX2) compiles, built here in a fresh process."""
-    info = Path("/proc/cpuinfo")
-    cpu = info.read_text() if info.exists() else ""
-    if " avx2 " not in cpu or " fma " not in cpu:
+@pytest.mark.parametrize("variant", [AVX2_NO_F16C, SCALAR], ids=["avx2", "scalar"])
+def test_the_avx2_and_scalar_builds_are_right_and_exact(variant, kernel_variants):
+    """The paths a CPU without AVX-512 (or without AVX2) compiles, in a fresh process (each
+    build compiled once per session: ``kernel_variants.py``)."""
+    if not runs_here("avx2", "fma"):
         pytest.skip("needs an x86-64 CPU with AVX2 and FMA to run both builds")
     out = subprocess.run(
-        [sys.executable, "-c", VARIANT, str(tmp_path), *flags], capture_output=True, text=True
-    )
+        [sys.executable, "-c", VARIANT, kernel_variants.flags(variant)],
+        capture_output=True, text=True, env=kernel_variants.env(variant),
+    )  # fmt: skip
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from kernel_variants import AVX2, ROOT, SCALAR, runs_here
 
 import steer_widgets as sw
 from steer_widgets.errors import QuantizationUnsupported
@@ -93,6 +94,38 @@ def test_unsupported_types_are_named_with_the_supported_ones():
     assert "load_model(path, quantized=False)" in str(err.value)
     with pytest.raises(QuantizationUnsupported):
         quant.QuantLinear(np.zeros((16, 20), np.uint8), "Q4_1", 48)  # rows too short
+
+
+@pytest.mark.parametrize("name", ["Q8_0", "Q4_K"])
+def test_a_row_id_past_the_last_row_is_an_index_error(name):
+    """37 rows are packed as 48 (blocks of 16 columns): ids 37 to 47 are the padding's
+    zeros, no row, and are refused as the float path refuses them (before: zero rows)."""
+    k = k_of(name, 64)
+    raw = random_blocks(name, 37, k)
+    lin, dense = quant.QuantLinear(raw, name, k), torch.from_numpy(quant.dequantize(raw, name))
+    with pytest.raises(IndexError):
+        torch.nn.functional.embedding(torch.tensor([37]), dense)  # the float path
+    for bad in (37, 47, 48, -1):
+        with pytest.raises(IndexError, match=f"row id {bad} out of range for 37 rows"):
+            lin.rows(torch.tensor([[0, 5], [bad, 36]]))
+    assert torch.equal(lin.rows(torch.tensor([36, 0])), dense[[36, 0]])
+
+
+def test_a_row_id_outside_every_part_is_an_index_error():
+    """A ``QuantParts`` fills each id from its part: an id in none of them (before: the
+    unfilled output's memory came back) is refused before any row is read."""
+    k, rng = 64, np.random.default_rng(4)
+    raws = [(random_blocks("Q8_0", 20, k), "Q8_0"), (random_blocks("Q4_0", 16, k), "Q4_0")]
+    parts = [quant.QuantWeight(lambda r=r: r, t, k, r.shape[0]) for r, t in raws]
+    fused = quant.QuantParts(parts)
+    assert len(fused.parts) == 2 and fused.out_features == 36
+    dense = torch.cat([torch.from_numpy(quant.dequantize(r, t)) for r, t in raws])
+    for bad in (36, 47, -1):
+        ids = torch.from_numpy(rng.permutation(np.r_[0:36, bad]))
+        with pytest.raises(IndexError, match=f"row id {bad} out of range for 36 rows"):
+            fused.rows(ids)
+    ids = torch.tensor([[35, 0], [20, 19]])
+    assert torch.equal(fused.rows(ids), dense[ids])
 
 
 # ------------------------------------------------------------------ the default model
@@ -215,26 +248,18 @@ print("OK")
 """
 
 
-@pytest.mark.parametrize(
-    "flags",
-    ["-march=native -mno-avx512f", "-march=x86-64"],  # the AVX2 path, the portable one
-    ids=["avx2", "scalar"],
-)
-def test_every_instruction_set_path_gives_the_same_bits(flags, tmp_path):
-    """This CPU's build takes one path; the others are built for it in a scratch cache."""
-    import os
+@pytest.mark.parametrize("variant", [AVX2, SCALAR], ids=["avx2", "scalar"])
+def test_every_instruction_set_path_gives_the_same_bits(variant, kernel_variants):
+    """This CPU's build takes one path; the others are built for it, each once per session
+    (shared with test_build_paths and test_native_linear: ``kernel_variants.py``)."""
     import subprocess
     import sys
-    from pathlib import Path
 
-    if "avx2" not in Path("/proc/cpuinfo").read_text() and "avx2" in flags:
-        pytest.skip("no AVX2 here")
-    base = [f for f in native.FLAGS if not f.startswith("-march")]
-    root = Path(__file__).parent.parent
-    env = dict(os.environ, STEER_WIDGETS_CACHE=str(tmp_path), PYTHONPATH=str(root))
+    if variant == AVX2 and not runs_here("avx2", "fma", "f16c"):
+        pytest.skip("no AVX2, FMA and F16C here")
     proc = subprocess.run(
-        [sys.executable, "-c", VARIANT, " ".join([*flags.split(), *base])],
-        env=env, capture_output=True, text=True, timeout=900, cwd=root,
+        [sys.executable, "-c", VARIANT, kernel_variants.flags(variant)],
+        env=kernel_variants.env(variant), capture_output=True, text=True, timeout=900, cwd=ROOT,
     )  # fmt: skip
     assert proc.returncode == 0 and "OK" in proc.stdout, proc.stderr[-3000:]
 

@@ -88,13 +88,15 @@ def test_a_ragged_batch_shares_one_default_per_prompt_and_sampling(engine, sourc
     engine.clear_caches()
     got = engine.steer_batch({k: requests[k] for k in ("chat", "chat_same", "one_token")})
     assert got["chat"].stats["batch"] == 5  # one DEFAULT for chat and chat_same
+    assert got["chat"].stats is not got["chat_same"].stats  # each result its own dict
     assert got["chat"].outputs["DEFAULT"] == got["chat_same"].outputs["DEFAULT"]
     assert same(got["one_token"].outputs["STEERED"], solos["one_token"]["STEERED"])
 
 
 class StopsAfter(threading.Event):
     """A cancel event that reports set from its ``n``-th check on (the decode loop checks it
-    once a step), so a cancellation lands at a known step."""
+    once before the prefills, once after each row's prefill and once a step), so a
+    cancellation lands at a known step."""
 
     def __init__(self, n: int) -> None:
         super().__init__()
@@ -109,7 +111,9 @@ def test_cancelling_a_ragged_batch_stops_within_a_step_and_keeps_finished_rows(e
     requests = batch_requests(engine, sources)
     short = requests["cap"].with_(n_completion_tokens=2)
     engine.clear_caches()
-    got = engine.steer_batch({"short": short, "long": requests["one_token"]}, StopsAfter(4))
+    # 4 checks before the first step (before the prefills, after each of 3 rows'), then one
+    # a step: set at the 8th, the long rows have 3 tokens
+    got = engine.steer_batch({"short": short, "long": requests["one_token"]}, StopsAfter(8))
     assert got["short"].outputs["STEERED"].stop == "length"
     assert len(got["short"].outputs["STEERED"].token_ids) == 2
     for completion in got["long"].outputs.values():

@@ -19,6 +19,7 @@ pytest.importorskip("interp_engine", reason="the remote extra: pip install -e '.
 from interp_server import TOKEN, Server, free_port  # noqa: E402
 
 import steer_widgets as sw  # noqa: E402
+from steer_widgets.errors import RemoteUnsupported  # noqa: E402
 from steer_widgets.remote import client as remote_client  # noqa: E402
 from steer_widgets.remote.client import RemoteClient  # noqa: E402
 from steer_widgets.runtime.model import default_model_dir  # noqa: E402
@@ -166,6 +167,31 @@ def test_samples_batches_and_logprobs_over_the_server(remote, engine):
     assert err.value.field == "requests['bad'].temperature"
 
 
+def test_samples_check_the_last_seed_before_any_request(remote):
+    sent = remote.client.stats["requests"]
+    with pytest.raises(sw.RequestError) as err:  # the last sample's seed would overflow
+        remote.samples("Hi", 2, temperature=0, seed=2**64 - 1)
+    assert err.value.field == "seed" and remote.client.stats["requests"] == sent
+
+
+def test_cancel_all_stops_samples_and_labels_them_cancelled(remote, monkeypatch):
+    """``samples`` registers its one cancel token as every other run does: ``cancel_all``,
+    called as the first token arrives, stops both streams short of their 40 tokens."""
+    real = remote.client.stream
+
+    def stream(path, body, halt=lambda: False, what=""):
+        for item in real(path, body, halt, what):
+            yield item
+            if item["type"] == "token":
+                remote.cancel_all()
+
+    monkeypatch.setattr(remote.client, "stream", stream)
+    sampling = {"temperature": 0.8, "freq_penalty": 0.0, "n_completion_tokens": 40}
+    got = remote.samples("Once upon a time", 2, seed=4, **sampling)
+    assert [s.stop for s in got] == ["cancelled"] * 2
+    assert all(len(s.token_ids) < 40 for s in got)
+
+
 def test_every_hook_kind_maps_to_the_same_tensor(remote, engine):
     ids = engine.text("Hello there, painter.").ids
     kinds = ("hook_resid_pre", "attn.hook_z", "hook_attn_out", "hook_resid_mid")
@@ -201,6 +227,9 @@ def test_what_the_server_cannot_serve_is_refused_before_any_request(remote):
         with pytest.raises(sw.RequestError) as info:
             remote.steer(request)
         assert info.value.field == field
+    with pytest.raises(RemoteUnsupported) as info:  # in a batch too, of its own class
+        remote.steer_batch({"ok": base, "bad": refused["steer_special_tokens"]})
+    assert info.value.field == "requests['bad'].steer_special_tokens"
     assert remote.default_prompt_multiplier() == 1.0  # what the explorer starts with there
     assert remote.client.stats["requests"] == sent
     assert remote.steer(base.with_(n_completion_tokens=2)).outputs  # still usable

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from disk_full import fill_disk_halfway
 
 import steer_widgets as sw
 from steer_widgets.widgets import Explorer
@@ -69,9 +70,33 @@ def test_vector_controls_refuse_in_the_status_line(engine, sources, tmp_path):
     ex = make(engine)
     assert ex.load_vectors(tmp_path / "missing.gguf") == -1 and "no such file" in ex.error
     ex.add_feature(sources[0], 11, 5.0)
+    ex.view.vector_path.value = "~nosuchuser-steer-widgets/v.gguf"  # expanduser's RuntimeError
+    ex.view.load_vectors_button.click()
+    assert "~nosuchuser" in ex.error and "no such file" in ex.error
+    ex.view.save_vectors_button.click()  # refused before any VectorWarning
+    assert "~nosuchuser" in ex.error and "not a usable path" in ex.error
     ex.set(steer_method="PROJECTION_CAP")
     assert ex.save_vectors(tmp_path / "v.gguf") is None and "steer_method" in ex.error
     assert not (tmp_path / "v.gguf").exists()
     wide = sw.save_vectors([sw.Vector(torch.ones(7), HOOKS[0])], tmp_path / "w.gguf")
     assert ex.load_vectors(wide) == -1 and "7 wide" in ex.error
     assert len(ex.features_ui.rows) == 1
+
+
+def test_a_view_cut_short_is_named_and_leaves_the_old_one(engine, tmp_path, monkeypatch):
+    """A full disk part way through a saved view: a ``RequestError`` naming the path, and the
+    view saved before keeps its bytes (it was truncated and left half written)."""
+
+    ex = make(engine)
+    path = tmp_path / "view.json"
+    ex.save_view(path)
+    before = path.read_bytes()
+    ex.set(prompt="Another prompt")
+
+    fill_disk_halfway(monkeypatch)
+    with pytest.raises(sw.RequestError, match="No space left") as err:
+        ex.save_view(path)
+    assert err.value.field == "path" and str(path) in str(err.value)
+    monkeypatch.undo()
+    assert path.read_bytes() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["view.json"]

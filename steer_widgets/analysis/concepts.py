@@ -40,7 +40,7 @@ import torch
 from torch import Tensor
 
 from .. import checks
-from ..errors import RequestError
+from ..errors import Cancelled, RequestError
 from ..lru import LRU
 from ..runtime.protocol import hook_layer
 
@@ -252,6 +252,10 @@ class Concepts:
         self._examples: LRU[str, list[Prompt]] = LRU(CACHED_SETS)
         self._cache: LRU[str, dict[str, tuple[Tensor, Tensor]]] = LRU(CACHED_SETS)
 
+    def clear(self) -> None:
+        """Forget the examples the model wrote (``Engine.clear_caches``)."""
+        self._examples.clear()
+
     # -- examples and means --------------------------------------------------------------
     def examples(self, concept: str) -> list[Prompt]:
         """Texts about ``concept`` written by the model itself (cached per concept)."""
@@ -273,6 +277,8 @@ class Concepts:
                 seed=0,
                 n_completion_tokens=EXAMPLE_TOKENS,
             )
+            if not all(s.complete for s in samples):  # cut off by cancel_all: keep none
+                raise Cancelled(f"the model's examples about {concept!r}")
             for s in samples:
                 if chat:
                     out.append([*prompt, {"role": "assistant", "content": s.text}])
@@ -449,6 +455,65 @@ class Concepts:
         return FeatureMatches(
             FeatureMatch(source, i, share, labels.label(i), strength) for i, share in picked
         )
+
+    def features(self, concept, k=None, sources=None, examples=None):
+        """``concept`` as at most ``k`` SAE features that steer together (a
+        ``ConceptFeatures``): the concept vector (of a name, texts or chats, ``examples``
+        about a name, or a ``Vector`` as given) written as a non-negative sum of the decoder
+        rows of ``sources`` (default: the SAEs at the vector's hook nearest the concept
+        layer), strengths scaled to the vector's recommended push (concept_features.py)."""
+        from ..steering.requests import Vector
+        from . import concept_features as cf
+
+        cf.check_concept(concept)
+        k = cf.check_k(k)
+        name = concept.strip() if isinstance(concept, str) else None
+        if examples is not None and name is None:
+            raise RequestError("examples", "is for a concept name; pass texts as the concept")
+        if isinstance(concept, Vector):
+            hook = self._check_hook(concept.hook, "concept.hook")
+            checks.number("concept.strength", concept.strength, minimum=1e-9)
+            v = checks.floats("concept.vector", concept.vector).flatten()
+            width = self.engine.model.runtime.hook_widths()[hook]
+            if v.numel() != width or float(v.norm()) == 0.0:
+                raise RequestError("concept.vector", f"must be a non-zero vector of width {width}")
+        else:
+            hook = self.default_hook()
+        chosen = self._feature_sources(sources, hook)  # every check before any work
+        vector = concept if isinstance(concept, Vector) else self.vector(examples or concept)
+        direction = torch.as_tensor(vector.vector, dtype=torch.float32).flatten()
+        direction = direction / direction.norm().clamp_min(1e-12)
+        with self.engine.saes.using(*chosen) as saes:
+            rows = torch.cat([sae.W_dec.detach().float() for sae in saes])
+            sizes = [sae.W_dec.shape[0] for sae in saes]
+        owners = [(s, i) for s, n in zip(chosen, sizes, strict=True) for i in range(n)]
+        fit = cf.fit_rows(rows, direction * vector.strength, k)
+        labels = [self.engine.feature_index(owners[i][0]).label(owners[i][1]) for i in fit.indices]
+        return cf.set_from_fit(fit, owners, rows, direction, vector.strength, labels, name)
+
+    def _feature_sources(self, sources, hook: str) -> list[str]:
+        """The SAEs a set is drawn from: ``sources`` as given (each must read ``hook``
+        whole), or the default sources when they read ``hook``, else every whole-hook SAE
+        there."""
+        saes = self.engine.saes
+        if sources is not None:
+            chosen = list(checks.sequence("sources", sources))
+            if not chosen:
+                raise RequestError("sources", "must name at least one SAE")
+            for i, s in enumerate(chosen):
+                checks.text(f"sources[{i}]", s)
+                if saes.config(s).hook_name != hook or s not in self._whole_hook_sources():
+                    raise RequestError(
+                        f"sources[{i}]", f"{s} does not read the whole of the concept's hook {hook}"
+                    )
+            return chosen
+        chosen = [s for s in self.default_sources() if saes.config(s).hook_name == hook]
+        chosen = chosen or [
+            s for s in self._whole_hook_sources() if saes.config(s).hook_name == hook
+        ]
+        if not chosen:
+            raise RequestError("concept.hook", f"no SAE that reads the whole of {hook} is loaded")
+        return chosen
 
     # -- helpers -----------------------------------------------------------------------------
     def _sets(

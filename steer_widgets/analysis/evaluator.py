@@ -28,6 +28,7 @@ from ..steering.batch import MAX_ROWS
 from ..steering.decoder import Transcript
 from ..steering.generation import Row, Sampling, check_sampling_keys
 from ..steering.requests import Feature, SteerRequest, Vector
+from .concept_features import ConceptFeatures
 from .concepts import FeatureMatch
 from .engine_view import EngineView
 from .evaluation import EvalRow, Evaluation, PromptDefault, check_strengths, prompt_name
@@ -92,6 +93,11 @@ class Evaluator:
             out[name] = plan
         return enc, out
 
+    @property
+    def _wanted(self) -> int:
+        """Tokens each row asks for: a row is complete at these or at a stop token."""
+        return self.sampling["n_completion_tokens"]
+
     def empty(self) -> Evaluation:
         return Evaluation(
             dict(self.x1),
@@ -106,7 +112,11 @@ class Evaluator:
     def stream(self, cancel: threading.Event | None = None) -> Iterator[Evaluation]:
         """Yield the evaluation each time rows finish; the last one has ``complete`` (or
         ``cancelled``) set. A judge that fails raises ``JudgeError`` with the rows so far."""
-        cancel = cancel or threading.Event()
+        with self.engine.decoder.running(cancel) as token:  # one token for every part
+            yield from self._run(token)
+
+    def _run(self, cancel: threading.Event) -> Iterator[Evaluation]:
+        """``stream`` with its run's cancel token: every part, prefill and step checks it."""
         ev = self.empty()
         started = time.perf_counter()
         local = self.engine.decoder.local
@@ -153,10 +163,7 @@ class Evaluator:
         shown = time.perf_counter()
         for step in decoder.rows(None, rows, None, cancel):
             got.add(step)
-            ended = [
-                d or len(ids) >= sampling.n_completion_tokens
-                for d, ids in zip(step.done, got.ids, strict=True)
-            ]
+            ended = [decoder.complete(ids, sampling.n_completion_tokens) for ids in got.ids]
             if time.perf_counter() - shown >= PARTIAL_EVERY_S:
                 ev.running = {
                     (name, m, t.i): decoder.tokenizer.decode(got.ids[r])
@@ -174,9 +181,7 @@ class Evaluator:
         decoder = self.engine.decoder
         if track.default is None and ended[track.default_row]:
             ids, probs = got.ids[track.default_row], got.probs[track.default_row]
-            track.default = self._default(
-                track.i, decoder.completion(ids, decoder.stop_of(ids, "length"), probs)
-            )
+            track.default = self._default(track.i, decoder.final(ids, self._wanted, probs))
         ready = [p for p in track.pending if ended[p[2]]] if track.default else []
         if ready:
             self._finish(ev, track.i, track.default, ready, got)
@@ -236,7 +241,7 @@ class Evaluator:
         decoder = self.engine.decoder
         for name, m, r in ready:
             ev.running.pop((name, m, i), None)
-            completion = decoder.completion(got.ids[r], decoder.stop_of(got.ids[r], "length"))
+            completion = decoder.final(got.ids[r], self._wanted)
             nll = _mean_nll(p.logprob for p in got.probs[r + 1])  # its shadow row's scores
             ev.rows.append(self._row(ev, i, name, m, completion, nll))
 
@@ -299,6 +304,10 @@ def resolve(engine: EngineView, steering) -> dict[str, tuple[SteerRequest, list[
 
 def _one(engine: EngineView, s, field: str) -> tuple[SteerRequest, list[str] | None]:
     mult = {"prompt_multiplier": engine.default_prompt_multiplier()}
+    if isinstance(s, ConceptFeatures):  # each keeps its own strength; the concept judges
+        words = [w for f in s for w in _feature_words(engine, f, field)]
+        forms = [s.concept] if s.concept else words or None
+        return SteerRequest("", features=tuple(s), **mult), forms
     if isinstance(s, SteerRequest):
         forms = [w for f in s.features for w in _feature_words(engine, f, field)]
         return s.with_(prompt="", sweep=()), forms or None
@@ -318,8 +327,8 @@ def _one(engine: EngineView, s, field: str) -> tuple[SteerRequest, list[str] | N
         return SteerRequest("", vectors=[s], **mult), None
     raise RequestError(
         field,
-        "must be a SteerRequest, Feature, Vector, FeatureMatch, concept name, or a mapping "
-        f"of names to those, got {type(s).__name__}",
+        "must be a SteerRequest, Feature, Vector, FeatureMatch, ConceptFeatures, concept "
+        f"name, or a mapping of names to those, got {type(s).__name__}",
     )
 
 
@@ -342,6 +351,8 @@ def _name(engine: EngineView, s) -> str:
         return f"{s.source} #{s.index}"
     if isinstance(s, Vector):
         return f"vector at {s.hook}"
+    if isinstance(s, ConceptFeatures):
+        return f"features of {s.concept}" if s.concept else "concept features"
     return "steering"
 
 

@@ -28,7 +28,7 @@ import os
 import queue
 import threading
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -41,7 +41,14 @@ from ..errors import RemoteError, RemoteUnsupported, RequestError
 from ..runtime.model import DEFAULT_MODEL, LoadedModel, default_model_dir
 from ..runtime.tokens import EncodedPrompt, Tokenizer
 from ..sae.store import DEFAULT_BUDGET
-from ..steering.requests import Direction, Plan, SteerRequest, resolve_directions, unsteered
+from ..steering.requests import (
+    Direction,
+    Plan,
+    SteerRequest,
+    resolve_directions,
+    sample_seeds,
+    unsteered,
+)
 from ..steering.results import Completion, Frame, SteerResult, ordered
 from .client import TOKEN_ENV, RemoteClient, decode_tensor, encode_tensor
 
@@ -275,30 +282,33 @@ class RemoteEngine(Engine, kind="remote"):
         if not bodies:
             yield Frame(ordered(outputs, plan.labels), 0, done=True)
             return
-        streams = _Streams(self.client, bodies, cancel)
-        with decoder.running(cancel):
+        wanted = request.sampling.n_completion_tokens
+        with decoder.running(cancel) as token:  # the run's one token, for cancel_all too
+            streams = _Streams(self.client, bodies, token)
             try:
                 for label, ids in streams.tokens():
                     outputs[label] = decoder.completion(ids, "")
                     yield Frame(ordered(outputs, plan.labels), streams.step)
             except RemoteError as err:  # keep every token already received
-                err.outputs = ordered({**outputs, **self._finals(streams, "error")}, plan.labels)
+                finals = self._finals(streams, wanted, cut="error")
+                err.outputs = ordered({**outputs, **finals}, plan.labels)
                 raise
             finally:
                 streams.close()
-        outputs.update(self._finals(streams, "cancelled"))
-        if "DEFAULT" in bodies and "DEFAULT" in streams.finished:
+        outputs.update(self._finals(streams, wanted))
+        if "DEFAULT" in bodies:  # kept only if complete
             decoder.remember_default(prompt.ids, request.sampling, outputs["DEFAULT"])
         yield Frame(ordered(outputs, plan.labels), streams.step, done=True)
 
-    def _finals(self, streams: _Streams, unfinished: str) -> dict[str, Completion]:
-        """Each streamed output with its stop: eos/length if its stream finished."""
+    def _finals(
+        self, streams: _Streams, wanted: int, cut: str = "cancelled"
+    ) -> dict[str, Completion]:
+        """Each streamed output with its stop by the engine's one rule (``decoder.final``:
+        eos, length at ``wanted`` tokens); one cut off before either stops ``cut``."""
         out = {}
         for label, ids in streams.ids.items():
-            stop = self.decoder.stop_of(ids, "length")
-            out[label] = self.decoder.completion(
-                ids, stop if label in streams.finished else unfinished
-            )
+            final = self.decoder.final(ids, wanted)
+            out[label] = final if final.complete else replace(final, stop=cut)
         return out
 
     def _bodies(self, request, prompt, plan: Plan, skip_default: bool) -> dict[str, dict]:
@@ -322,18 +332,18 @@ class RemoteEngine(Engine, kind="remote"):
     # -- the rest of the engine's API, one request per output -------------------------------
     def samples(self, prompt, n: int, **sampling) -> list[Completion]:
         """``n`` samples, seeds ``seed + i``, each its own request (as ``generate`` would)."""
-        checks.integer("n", n, lo=1, hi=64)
         request = unsteered(prompt, sampling)
         enc, _ = self.plan(request)  # raises before any work
         base = _generate_body(enc.ids, request.sampling)
-        bodies = {str(i): {**base, "seed": request.seed + i} for i in range(n)}
-        streams = _Streams(self.client, bodies, threading.Event())
-        try:
-            for _ in streams.tokens():
-                pass
-        finally:
-            streams.close()
-        return list(self._finals(streams, "cancelled").values())
+        bodies = {str(i): {**base, "seed": seed} for i, seed in enumerate(sample_seeds(request, n))}
+        with self.decoder.running() as token:  # cancel_all reaches it
+            streams = _Streams(self.client, bodies, token)
+            try:
+                for _ in streams.tokens():
+                    pass
+            finally:
+                streams.close()
+        return list(self._finals(streams, request.n_completion_tokens).values())
 
     def steer_batch(
         self, requests: Mapping[str, SteerRequest], cancel: threading.Event | None = None
@@ -341,7 +351,8 @@ class RemoteEngine(Engine, kind="remote"):
         """Each request on its own (every output is a solo request here anyway), on any
         prompts and sampling; all are validated, a bad one named by its key, first."""
         reqs, _ = self._batch_plans(requests)
-        return {name: self.steer(request, cancel) for name, request in reqs.items()}
+        with self.decoder.running(cancel) as token:  # one token for every request
+            return {name: self.steer(request, token) for name, request in reqs.items()}
 
     def token_logprobs(self, prompt, completion) -> Tensor:
         """Log-probabilities of the completion's tokens, from the server's logits."""

@@ -337,8 +337,10 @@ class QuantLinear:
         return self._op(x, self.packed, self.out_features, self.qtype, self.bias)
 
     def rows(self, ids: Tensor) -> Tensor:
-        """Rows ``ids`` of ``W``, dequantized (an embedding lookup): [..., in] float32."""
-        return self._rows(self.packed, ids, self.in_features, self.qtype)
+        """Rows ``ids`` of ``W``, dequantized (an embedding lookup): [..., in] float32. An id
+        outside ``[0, out_features)`` is an ``IndexError``, as ``F.embedding`` raises (the
+        packed blocks' padding to 16 rows is no row)."""
+        return self._rows(self.packed, ids, self.out_features, self.in_features, self.qtype)
 
     def dense(self) -> Tensor:
         """``W`` [out, in] float32, dequantized (for a backward pass; 4-8x the blocks' size)."""
@@ -381,7 +383,13 @@ class QuantParts:
         return torch.cat([part(x) for part in self.parts], dim=-1)
 
     def rows(self, ids: Tensor) -> Tensor:
-        """Rows ``ids`` of the fused ``W``, each from its part, dequantized: [..., in]."""
+        """Rows ``ids`` of the fused ``W``, each from its part, dequantized: [..., in]. An id
+        outside every part is an ``IndexError`` before any row is read (each part fills only
+        its own ids of an unfilled output)."""
+        outside = (ids < 0) | (ids >= self.out_features)
+        if bool(outside.any()):
+            first = int(ids[outside].reshape(-1)[0])
+            raise IndexError(f"row id {first} out of range for {self.out_features} rows")
         out = torch.empty(*ids.shape, self.in_features)
         start = 0
         for part in self.parts:

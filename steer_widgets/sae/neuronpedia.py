@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import tempfile
 import threading
 import urllib.error
 import urllib.parse
@@ -24,6 +23,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from ..errors import SteerWidgetsError
+from ..files import write_text_atomically
 from ..runtime.paths import cache_dir
 
 DEFAULT_URL = "https://www.neuronpedia.org"
@@ -66,30 +66,35 @@ class Explanations:
             return {}
 
     def fetch(self, indices: Iterable[int]) -> dict[int, str]:
-        """Explanations of ``indices``, asking Neuronpedia for the ones not on disk yet."""
+        """Explanations of ``indices``, asking Neuronpedia for the ones not on disk yet. The
+        file is written once per call, not once per index (each write rewrites it whole),
+        and also when a later request fails, so what arrived is kept."""
         have = self.cached()
         wanted = [int(i) for i in indices]
         missing = [i for i in wanted if i not in have]
-        if missing:
-            if offline():
-                raise NeuronpediaUnavailable(_offline_message())
+        if missing and offline():
+            raise NeuronpediaUnavailable(_offline_message())
+        fetched: dict[int, str] = {}
+        try:
             for i in missing:
-                have[i] = _description(self.neuronpedia_id, i)
-                self._save({i: have[i]})
+                fetched[i] = _description(self.neuronpedia_id, i)
+        finally:
+            if fetched:
+                self._save(fetched)
+        have.update(fetched)
         return {i: have[i] for i in wanted}
 
     def _save(self, new: dict[int, str]) -> None:
         """``new`` merged into the file as it is now (other threads and processes add to it
-        too), under the class lock and a lock file beside it, written through a temporary
-        file of this call's own: no entry is lost and no two writers share a name."""
+        too), under the class lock and a lock file beside it, written whole or not at all
+        through a temporary file of this call's own (``files.py``): no entry is lost, no two
+        writers share a name, and a failed write is a ``FileWriteError``."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self._lock, _locked(self.path.with_suffix(".lock")):
             merged = {**self.cached(), **new}
-            text = json.dumps({str(k): v for k, v in sorted(merged.items())})
-            fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=self.path.name, suffix=".tmp")
-            with os.fdopen(fd, "w") as out:
-                out.write(text)
-            os.replace(tmp, self.path)
+            write_text_atomically(
+                self.path, json.dumps({str(k): v for k, v in sorted(merged.items())})
+            )
 
 
 @contextlib.contextmanager

@@ -1,25 +1,32 @@
-"""The one place a model is run: every steer, evaluation and explanation goes through it.
+"""The one place a model decodes and scores: every steer, evaluation and explanation runs here.
 
 The engine, the evaluator and the explainer all decode rows and read log-probabilities on
-one model. Doing it through one ``Decoder`` means one lock orders every pass over the model
-(a decode step, an attribution's forward and backward, a log-probability read), one set of
-running decodes answers ``cancel_all``, and one DEFAULT cache serves every caller: an
-evaluation's DEFAULT row is the explorer's DEFAULT for the same prompt and settings.
+one model. Doing it through one ``Decoder`` means one lock orders every pass that decodes
+or reads log-probabilities (a decode step, an attribution's forward and backward, a
+log-probability read), one set of running runs answers ``cancel_all`` (``cancel.Runs``: one
+token per run), and one DEFAULT cache serves every caller: an evaluation's DEFAULT row is the
+explorer's DEFAULT for the same prompt and settings. Whether a row is complete is
+``results.final_stop``'s to say, here and in the cache alike.
+
+Activation reads (``analysis.activations.residuals``) run their forward outside the lock: a
+forward without a KV cache changes nothing a decode reads (its rotary tables grow with the
+values they already held), so it may overlap a decode step; the two then share the cores.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 
 import torch
 from torch import Tensor
 
 from ..lru import LRU
 from ..runtime.protocol import Hook, Runtime
+from .cancel import Runs
 from .generation import Row, Sampling, Step, TokenProb, decode
-from .results import Completion
+from .results import Completion, final_stop
 
 DEFAULT_CACHE_SIZE = 32  # DEFAULT completions kept, by (prompt ids, sampling)
 _END = object()  # the decode loop has no more steps
@@ -57,8 +64,8 @@ class Decoder:
     ) -> None:
         self.runtime, self.tokenizer, self.stop_ids = runtime, tokenizer, stop_ids
         self.lock = threading.Lock()  # one pass over the model at a time: the CPU is the bound
-        self._state = threading.Lock()  # guards _active and _defaults across threads
-        self._active: set[threading.Event] = set()
+        self._state = threading.Lock()  # guards _defaults across threads
+        self.runs = Runs()  # the running runs' cancel tokens
         self._defaults: LRU[tuple, Completion] = LRU(cache_size)
 
     @property
@@ -74,14 +81,15 @@ class Decoder:
         cancel: threading.Event | None = None,
     ) -> Iterator[Step]:
         """The decode loop's steps, each computed under ``lock``; ``cancel`` (or
-        ``cancel_all``) stops it within one step. ``prompt_ids`` and ``sampling`` are the
-        defaults of rows without their own (rows on different prompts decode as one ragged
-        batch). Decodes on several threads take turns step by step, and each row's prefill
-        is a turn of its own, so a large batch starting never holds a live run back for
-        longer than one row's prompt. Each row is still exactly its solo run."""
-        cancel = cancel or threading.Event()
-        steps = decode(self.runtime, prompt_ids, rows, sampling, self.stop_ids, cancel, pauses=True)
-        with self.running(cancel):
+        ``cancel_all``) stops it before the next prefill or step. ``prompt_ids`` and
+        ``sampling`` are the defaults of rows without their own (rows on different prompts
+        decode as one ragged batch). Decodes on several threads take turns step by step, and
+        each row's prefill is a turn of its own, so a large batch starting never holds a live
+        run back for longer than one row's prompt. Each row is still exactly its solo run."""
+        with self.running(cancel) as token:
+            steps = decode(
+                self.runtime, prompt_ids, rows, sampling, self.stop_ids, token, pauses=True
+            )
             try:
                 while True:
                     with self.lock:  # not held while the caller looks at a step
@@ -93,16 +101,10 @@ class Decoder:
             finally:
                 steps.close()  # drops the decode's queued noise now, not at garbage collection
 
-    @contextmanager
-    def running(self, cancel: threading.Event) -> Iterator[threading.Event]:
-        """Register ``cancel`` for ``cancel_all`` while a decode runs (here or remotely)."""
-        with self._state:
-            self._active.add(cancel)
-        try:
-            yield cancel
-        finally:
-            with self._state:
-                self._active.discard(cancel)
+    def running(self, cancel: threading.Event | None = None) -> AbstractContextManager:
+        """The run's one cancel token (``cancel``, or a fresh event), registered for
+        ``cancel_all`` while the run goes on, here or remotely (``cancel.Runs.run``)."""
+        return self.runs.run(cancel)
 
     def decode_all(
         self,
@@ -112,21 +114,26 @@ class Decoder:
         cancel: threading.Event | None = None,
     ) -> list[Completion]:
         """Decode ``rows`` to the end in one batch (no streaming, no cache); rows with their
-        own prompts and sampling make a ragged batch. A cancelled row stops "cancelled"."""
+        own prompts and sampling make a ragged batch. A row cut off by a cancel stops
+        "cancelled" (``final``)."""
         transcript = Transcript(len(rows))
         for step in self.rows(prompt_ids, rows, sampling, cancel):
             transcript.add(step)
-        cancelled = cancel is not None and cancel.is_set()
-        out = []
-        for row, ids, probs in zip(rows, transcript.ids, transcript.probs, strict=True):
-            wanted = (row.sampling or sampling).n_completion_tokens
-            otherwise = "cancelled" if cancelled and len(ids) < wanted else "length"
-            out.append(self.completion(ids, self.stop_of(ids, otherwise), probs))
-        return out
+        return [
+            self.final(ids, (row.sampling or sampling).n_completion_tokens, probs)
+            for row, ids, probs in zip(rows, transcript.ids, transcript.probs, strict=True)
+        ]
 
-    def stop_of(self, ids: Sequence[int], otherwise: str) -> str:
-        """``"eos"`` if a row's last token is a stop token, else ``otherwise``."""
-        return "eos" if ids and ids[-1] in self.stop_ids else otherwise
+    def final(
+        self, ids: Sequence[int], wanted: int, probs: Sequence[TokenProb] | None = None
+    ) -> Completion:
+        """A row that stopped decoding as a ``Completion``, its stop by the one rule
+        (``results.final_stop``): "eos", "length" at ``wanted`` tokens, else "cancelled"."""
+        return self.completion(ids, final_stop(ids, wanted, self.stop_ids), probs)
+
+    def complete(self, ids: Sequence[int], wanted: int) -> bool:
+        """Whether a row with these tokens has ended complete (``results.final_stop``)."""
+        return final_stop(ids, wanted, self.stop_ids) != "cancelled"
 
     def completion(
         self, ids: Sequence[int], stop: str, probs: Sequence[TokenProb] | None = None
@@ -159,7 +166,10 @@ class Decoder:
     def remember_default(
         self, prompt_ids: Sequence[int], sampling: Sampling, completion: Completion
     ) -> None:
-        """Keep a finished DEFAULT completion for the next request that needs it."""
+        """Keep a DEFAULT completion for the next request that needs it, if it is complete
+        (``Completion.complete``): a cut-off one is never served as finished."""
+        if not completion.complete:
+            return
         with self._state:
             self._defaults.put((tuple(prompt_ids), sampling), completion)
 
@@ -169,8 +179,5 @@ class Decoder:
             self._defaults.clear()
 
     def cancel_all(self) -> None:
-        """Stop every running decode within one step."""
-        with self._state:
-            active = list(self._active)
-        for event in active:
-            event.set()
+        """Stop every running run before its next prefill or decode step."""
+        self.runs.cancel_all()

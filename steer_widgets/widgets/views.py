@@ -15,6 +15,7 @@ import torch
 
 from .. import checks
 from ..errors import RequestError
+from ..files import write_text_atomically
 from ..steering.requests import SteerRequest, Vector
 
 VIEW_VERSION = 1
@@ -40,11 +41,13 @@ def save_view(explorer, path: str | Path) -> dict:
         },
         "outputs_match_request": explorer.request_done == req,
     }
-    try:
-        target.write_text(json.dumps(view, indent=1))
-    except (OSError, UnicodeEncodeError) as err:
-        raise RequestError("path", f"cannot write {str(target)!r}: {err}") from None
+    write_text_atomically(target, json.dumps(view, indent=1), _path_error)
     return view
+
+
+def _path_error(path: str, problem: str) -> RequestError:
+    """A view that cannot be written (whole or not at all: ``files.py``), named by its path."""
+    return RequestError("path", f"{path!r} {problem}")
 
 
 SETTINGS = (

@@ -8,6 +8,7 @@ waiting for work in flight (a hanging network call must not hang the explorer's 
 from __future__ import annotations
 
 from collections.abc import Callable
+from concurrent import futures
 from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 
 
@@ -33,14 +34,25 @@ class Worker:
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until the last job submitted is over (False: still running at ``timeout``).
-        A job's own exception is raised here."""
+        A job's own exception is raised here, a ``TimeoutError`` of its own included.
+
+        ``Future.result`` raises ``concurrent.futures.TimeoutError``, which is the builtin
+        ``TimeoutError`` from Python 3.11 but another class on 3.10: both are caught, and
+        which one it was is told by whether the job is over, not by the class."""
         pending = self._pending
         if pending is None:
             return True
         try:
             pending.result(timeout)
-        except TimeoutError:
+        except (TimeoutError, futures.TimeoutError) as err:
+            if _raised_by_job(pending, err):
+                raise
             return False
         except CancelledError:
             pass
         return True
+
+
+def _raised_by_job(future: Future, err: BaseException) -> bool:
+    """Whether ``err`` is the job's own exception rather than the wait's timeout."""
+    return future.done() and not future.cancelled() and future.exception() is err

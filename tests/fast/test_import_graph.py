@@ -106,7 +106,7 @@ def test_a_cycle_is_found_when_there_is_one():
 
 # Each module's layer, bottom first: a module imports only its own layer or those below.
 LAYERS = (
-    ("errors", "checks", "lru", "version"),  # what every layer shares
+    ("errors", "checks", "files", "lru", "version"),  # what every layer shares
     ("runtime",),  # model runtimes and kernels
     ("sae",),  # SAEs, the store, releases, feature indexes
     ("steering",),  # requests, plans, the decode loop, the decoder, results

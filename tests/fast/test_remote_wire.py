@@ -49,3 +49,20 @@ def test_tensors_round_trip_and_retry_after_is_bounded():
     assert retry_after(httpx.Response(503)) == 1.0  # none given
     assert retry_after(httpx.Response(503, headers={"Retry-After": "9999"})) == 30.0
     assert retry_after(httpx.Response(503, headers={"Retry-After": "soon"})) == 1.0
+
+
+def test_a_refusal_named_under_a_batch_key_keeps_its_class_and_fields():
+    """``steer_batch`` names a bad request by its key; it used to re-raise a plain
+    RequestError, so ``except RemoteUnsupported`` missed a batch's refusal."""
+    from steer_widgets.analysis.judges import JudgeError
+    from steer_widgets.errors import ArgumentError, RequestError
+
+    keyed = RemoteUnsupported("hook", "has no point").under("requests['b']")
+    assert type(keyed) is RemoteUnsupported
+    assert keyed.field == "requests['b'].hook" and keyed.problem == "has no point"
+    assert str(keyed) == "requests['b'].hook: has no point"
+    typed = ArgumentError("nope", "is not a field").under("requests[1]")
+    assert isinstance(typed, TypeError) and typed.field == "requests[1].nope"
+    judged = JudgeError("words", "p0", "returned nan").under("requests['c']")
+    assert (judged.judge, judged.prompt, judged.field) == ("words", "p0", "requests['c'].judge")
+    assert type(RequestError("seed", "x").under("requests['a']")) is RequestError

@@ -491,3 +491,15 @@ def test_our_neuronpedia_file_names_its_model_and_round_trips(tmp_path):
         sw.load_vectors(path, model=other)
     plain = sw.save_vectors(mine, tmp_path / "p.json", format="neuronpedia", model="llama")
     assert "modelId" not in json.loads(plain.read_text())  # an architecture names no model
+
+
+def test_a_home_that_does_not_exist_is_a_named_error(tmp_path):
+    """``~nosuchuser`` makes ``Path.expanduser`` raise RuntimeError (no such home), which
+    escaped raw from both calls."""
+    path = "~nosuchuser-steer-widgets/v.gguf"
+    with pytest.raises(sw.VectorError) as err:
+        sw.load_vectors(path)
+    assert err.value.source == path
+    with pytest.raises(sw.VectorError, match="not a usable path") as err:
+        sw.save_vectors([sw.Vector(vec(1), "blocks.1.hook_resid_post")], path)
+    assert err.value.source == path

@@ -7,9 +7,9 @@
 // at one thread, while a second caller thread makes calls of its own (it runs them alone: one
 // caller uses the pool at a time) and noise jobs are queued for the idle workers. Noise jobs
 // draw an order-dependent sequence (each element a step of one generator), so a chunk drawn out of
-// order or twice shows. Prints "ok <calls>" and exits 0, or names the first mismatch and
-// exits 1; ThreadSanitizer itself reports races on stderr (and exits 66 with
-// TSAN_OPTIONS=exitcode=66).
+// order or twice shows. Before all that, on the fresh pool, chunks that throw (throwing_chunk).
+// Prints "ok <calls>" and exits 0, or names the first mismatch and exits 1; ThreadSanitizer
+// itself reports races on stderr (and exits 66 with TSAN_OPTIONS=exitcode=66).
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
@@ -17,7 +17,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <new>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -155,6 +157,48 @@ struct Sequence {
   uint64_t state;
 };
 
+// A chunk that throws. On the caller's thread: the call must not return while a worker still
+// runs a chunk (the chunks reference the caller's stack), then rethrows. On a worker: the
+// exception must reach the caller, once every chunk under way has ended (an exception leaving
+// a worker's thread ends the process). Each worker chunk waits, up to kPatience yields, for
+// the call to have returned: a call that returned early finds that chunk still running. Run
+// on a fresh pool (threads - 1 workers for `threads` chunks, so the caller gets one).
+constexpr int kPatience = 20000;
+
+int64_t throwing_chunk(int64_t threads, bool on_caller) {
+  const std::thread::id caller = std::this_thread::get_id();
+  std::atomic<int64_t> entered{0}, ended{0};
+  std::atomic<bool> worker_in{false}, worker_threw{false}, returned{false};
+  auto chunk = [&](int64_t, int64_t) {
+    if (std::this_thread::get_id() == caller) {
+      for (int i = 0; i < 50 * kPatience && !worker_in.load(); ++i) std::this_thread::yield();
+      if (on_caller) throw std::runtime_error("caller chunk");
+      return;
+    }
+    ++entered;
+    worker_in = true;
+    if (!on_caller && !worker_threw.exchange(true)) throw std::bad_alloc();
+    for (int i = 0; i < kPatience && !returned.load(); ++i) std::this_thread::yield();
+    ++ended;
+  };
+  std::string got = "nothing rethrown";
+  try {
+    sw::parallel_for(threads, 0, threads, 1, chunk);
+  } catch (const std::runtime_error& e) {
+    got = e.what();
+  } catch (const std::bad_alloc&) {
+    got = "bad_alloc";
+  }
+  const int64_t running = entered.load() - ended.load() - (on_caller ? 0 : 1);
+  returned = true;
+  if (got == (on_caller ? "caller chunk" : "bad_alloc") && running == 0 && worker_in.load())
+    return 0;
+  std::fprintf(stderr, "wrong: a chunk throwing on the %s at %lld threads: %s, %lld running\n",
+               on_caller ? "caller" : "worker", static_cast<long long>(threads), got.c_str(),
+               static_cast<long long>(running));
+  return 1;
+}
+
 }  // namespace
 
 // Owned by each noise job's draw: a draw may own what only its caller's thread may free (a
@@ -171,6 +215,9 @@ struct Witness {
 int main(int argc, char** argv) {
   caller_thread = std::this_thread::get_id();
   const int rounds = argc > 1 ? std::atoi(argv[1]) : 3;
+  int64_t thrown = 0;  // first, on a fresh pool (then the pool must work on as before)
+  for (int64_t threads : {2, 4})
+    for (bool on_caller : {true, false}) thrown += throwing_chunk(threads, on_caller);
   std::mt19937 rng(7);
   auto cases = build(rng);
   for (auto& c : cases) {
@@ -178,7 +225,7 @@ int main(int argc, char** argv) {
     run_case(c, c.want, 1);
   }
   std::atomic<bool> stop{false};
-  std::atomic<int64_t> wrong{0}, calls{0};
+  std::atomic<int64_t> wrong{thrown}, calls{0};
   // a second caller: its calls run alone (or on the pool when it is free), never wrong
   std::thread other([&] {
     std::mt19937 r(11);

@@ -94,22 +94,27 @@ at::Tensor quant_linear(const at::Tensor& x_in, const at::Tensor& packed, int64_
   return y;
 }
 
-// Rows `ids` (int64 [...]) of the quantized matrix, dequantized: [..., K] float32 (the
-// embedding lookup of a tied Q8_0 embedding, and the dense copy when one is wanted).
-at::Tensor quant_rows(const at::Tensor& packed, const at::Tensor& ids_in, int64_t K,
-                      int64_t qtype) {
+// Rows `ids` (int64 [...]) of the quantized matrix of n_out rows, dequantized: [..., K]
+// float32 (the embedding lookup of a tied Q8_0 embedding, and the dense copy when one is
+// wanted). An id outside [0, n_out) is an IndexError, as torch's embedding raises: the
+// packed blocks go on to a multiple of 16 rows, and the padding's zeros are no row.
+at::Tensor quant_rows(const at::Tensor& packed, const at::Tensor& ids_in, int64_t n_out,
+                      int64_t K, int64_t qtype) {
   check_quant(packed, qtype, K);
+  TORCH_CHECK(n_out >= 0 && packed.size(0) == (n_out + sw::kBlock - 1) / sw::kBlock,
+              "packed weight does not match n_out");
   TORCH_CHECK(ids_in.scalar_type() == at::kLong, "ids must be int64");
   const at::Tensor ids = ids_in.contiguous();
+  const int64_t n = ids.numel();
+  const int64_t* ip = ids.data_ptr<int64_t>();
+  for (int64_t j = 0; j < n; ++j)  // every id checked before any work
+    TORCH_CHECK_INDEX(ip[j] >= 0 && ip[j] < n_out, "row id ", ip[j], " out of range for ",
+                      n_out, " rows");
   auto sizes = ids.sizes().vec();
   sizes.push_back(K);
   auto y = at::empty(sizes, packed.options().dtype(at::kFloat));
-  const int64_t n = ids.numel(), rows = packed.size(0) * sw::kBlock;
-  const int64_t* ip = ids.data_ptr<int64_t>();
-  for (int64_t j = 0; j < n; ++j) {
-    TORCH_CHECK(ip[j] >= 0 && ip[j] < rows, "row id out of range");
+  for (int64_t j = 0; j < n; ++j)
     sw::quant_row(packed.data_ptr<uint8_t>(), ip[j], K, qtype, y.data_ptr<float>() + j * K);
-  }
   return y;
 }
 
@@ -301,7 +306,8 @@ TORCH_LIBRARY(steer_widgets, m) {
         &ragged_attention);
   m.def("quant_linear(Tensor x, Tensor packed, int n_out, int qtype, Tensor? bias=None) -> Tensor",
         &quant_linear);
-  m.def("quant_rows(Tensor packed, Tensor ids, int K, int qtype) -> Tensor", &quant_rows);
+  m.def("quant_rows(Tensor packed, Tensor ids, int n_out, int K, int qtype) -> Tensor",
+        &quant_rows);
   m.def("openmp_threads(int n) -> int", &openmp_threads);
   m.def("kernel_threads() -> int", &kernel_thread_count);
   m.def("pool_workers() -> int", &pool_workers);

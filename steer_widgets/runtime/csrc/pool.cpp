@@ -4,9 +4,11 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <exception>
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <pthread.h>
@@ -29,15 +31,23 @@ struct Job {
   Job(const RangeFn* f, int64_t size, int64_t c)
       : fn(f), n(size), chunk(c), tasks((size + c - 1) / c) {}
 
-  // claims and runs chunks until none is left
-  void work() {
+  // claims and runs chunks until none is left. A chunk that throws is caught here, on
+  // whichever thread ran it (an exception leaving a worker's thread would end the process,
+  // and one leaving the caller's would return while workers still run chunks that reference
+  // its stack); once one has thrown, the chunks left are claimed and counted without running
+  void work() noexcept {
     for (;;) {
       const int64_t t = claimed.fetch_add(1, std::memory_order_relaxed);
       if (t >= tasks) return;  // past the last chunk: fn is not touched (it may be gone)
-      const int64_t b0 = t * chunk;
-      (*fn)(b0, std::min(n, b0 + chunk));
-      completed.fetch_add(1, std::memory_order_release);
+      if (!failed.load(std::memory_order_relaxed)) run(t);
+      completed.fetch_add(1, std::memory_order_release);  // publishes `error` too
     }
+  }
+
+  // the caller's, once wait() has returned: the first chunk's exception, rethrown on the
+  // caller's thread (which then owns it; the job may outlive the call on a worker)
+  void rethrow() {
+    if (error) std::rethrow_exception(std::exchange(error, nullptr));
   }
 
   // until every chunk is completed (their writes visible here); yields now and then, so a
@@ -55,6 +65,19 @@ struct Job {
   const RangeFn* const fn;
   const int64_t n, chunk, tasks;
   std::atomic<int64_t> claimed{0}, completed{0};
+
+ private:
+  void run(int64_t t) noexcept {
+    const int64_t b0 = t * chunk;
+    try {
+      (*fn)(b0, std::min(n, b0 + chunk));
+    } catch (...) {  // the first is kept; written before this chunk is counted completed
+      if (!failed.exchange(true, std::memory_order_relaxed)) error = std::current_exception();
+    }
+  }
+
+  std::atomic<bool> failed{false};
+  std::exception_ptr error;  // the first chunk's exception; read after wait()
 };
 
 class Pool {
@@ -87,6 +110,7 @@ class Pool {
     cv_.notify_all();
     job->work();
     job->wait();
+    job->rethrow();
   }
 
   void nudge(int64_t threads) {

@@ -12,6 +12,9 @@
 // late worker never touches the range function. The caller runs chunks too, then waits
 // until every chunk is completed, and only then returns. Workers hold the job by a shared
 // pointer, so a worker still looking at a finished job reads memory that is still its.
+// A chunk that throws, on any thread, is caught where it ran: the chunks not yet begun are
+// skipped, the caller still waits for those under way (they may reference its stack), then
+// rethrows the first exception (a per-chunk buffer's std::bad_alloc, say) on its own thread.
 // Results never depend on which thread ran which chunk: each output is computed whole by one
 // thread in a fixed order.
 #pragma once
@@ -24,9 +27,12 @@ namespace sw {
 
 using RangeFn = std::function<void(int64_t, int64_t)>;
 
-// fn over [0, n) in chunks of at least `grain`, on up to `threads` threads (the caller
-// included). One caller uses the workers at a time; a second caller meanwhile runs its call
-// alone on its own thread.
+// fn over [0, n) on t = min(threads, ceil(n / grain)) threads (the caller included), in
+// chunks of ceil(n / t), the last one shorter: `grain` is the least work worth a thread of
+// its own, not a chunk's least size (n = 5, grain = 4: chunks of 3 and 2), as
+// at::parallel_for splits. One caller uses the workers at a time; a second caller
+// meanwhile runs its call alone on its own thread. An exception from fn reaches the caller
+// once no chunk is running (above).
 void pool_run(int64_t threads, int64_t n, int64_t grain, const RangeFn& fn);
 
 // Idle work was queued (noise_queue.h): the workers wake, up to threads - 1 of them started
