@@ -4,6 +4,7 @@ The engine (``Engine``, ``SteerRequest``, ``Feature``, ``Vector``) runs in the k
 nothing of widgets; ``Explorer`` is the widget front end that calls it.
 """
 
+from .analysis.concept_features import ConceptFeatures
 from .analysis.evaluation import Evaluation
 from .engine import Engine
 from .errors import (
@@ -36,6 +37,7 @@ __all__ = [
     "METHODS",
     "TYPES",
     "Completion",
+    "ConceptFeatures",
     "Engine",
     "Evaluation",
     "Explorer",

@@ -278,6 +278,44 @@ PRESET_MENU = ".sw-explorer .widget-dropdown:has(.widget-label:text-is('preset')
 TOKENS_BOX = ".sw-explorer .widget-text:has(.widget-label:text-is('tokens')) input"
 
 
+SET_REPLAY = """\
+import json, tempfile
+from pathlib import Path
+ex.wait(300)
+found = engine.concept_features("music")
+view = Path(tempfile.mkdtemp()) / "view.json"
+ex.save_view(view)
+again = sw.Explorer.load_view(view, engine, live=False)
+again.run()
+again.wait(300)
+print(json.dumps({
+    "rows": [[f.source, f.index, f.strength] for f in ex.features[-len(found):]],
+    "set": [[f.source, f.index, f.strength] for f in found],
+    "steps": [r.slider.step for r in ex.features_ui.rows[-len(found):]],
+    "steered": list(ex.outputs["STEERED"].token_ids),
+    "replayed": list(again.outputs["STEERED"].token_ids),
+}))
+"""
+
+
+def kernel_run(page, code: str) -> str:
+    """Run ``code`` in the notebook's kernel (as a cell would) and return what it printed."""
+    return page.evaluate(
+        """async (code) => {
+          const k = window.jupyterapp.shell.currentWidget.sessionContext.session.kernel;
+          let out = "";
+          const future = k.requestExecute({ code });
+          future.onIOPub = (msg) => {
+            if (msg.header.msg_type === "stream") out += msg.content.text;
+            if (msg.header.msg_type === "error") out += "error: " + msg.content.evalue;
+          };
+          await future.done;
+          return out;
+        }""",
+        code,
+    )
+
+
 def test_explorer_in_jupyterlab(lab, tmp_path):
     from playwright.sync_api import sync_playwright
 
@@ -392,5 +430,24 @@ def test_explorer_in_jupyterlab(lab, tmp_path):
             want = preset_view(name)["outputs"]["STEERED"]["text"]
             page.locator(PRESET_MENU).select_option(label=name)
             wait_until(lambda: state(page) == "done" and want[:40] in steered_text(page), 180, name)
+
+            # "add as features": the concept's set lands as one slider row per feature, and
+            # a view saved from the explorer as the browser left it replays the same tokens
+            sliders = page.locator(".sw-strength").count()
+            commit(page, "input[placeholder^='a concept to steer toward']", "music")
+            page.get_by_role("button", name="add as features").click()
+            wait_until(lambda: page.locator(".sw-strength").count() > sliders, 300, "the set")
+            wait_until(lambda: state(page) == "done", 180, "a run with the set")
+            assert "features of" in page.inner_text(".sw-explorer")
+            got = json.loads(kernel_run(page, SET_REPLAY))
+            # the front end holds a slider's value on its grid (one 300th of its range), so a
+            # fitted strength moves by at most half a step there; the view records what it holds
+            assert len(got["rows"]) == len(got["set"]) >= 1, got
+            for (*row, held), (*fitted, strength), step in zip(
+                got["rows"], got["set"], got["steps"], strict=True
+            ):
+                assert row == fitted and abs(held - strength) <= step / 2 + 1e-9, got
+            assert page.locator(".sw-strength").count() == sliders + len(got["set"])
+            assert got["replayed"] == got["steered"], got
         finally:
             browser.close()

@@ -51,6 +51,7 @@ def test_fit_rows_keeps_only_rows_that_push_toward_the_target():
 
 def test_a_named_concept_steers_as_a_set_and_its_record_replays(engine):
     found = engine.concept_features("music", k=8)
+    assert isinstance(found, sw.ConceptFeatures) and isinstance(found, list)
     assert 1 <= len(found) <= 8 and found.concept == "music"
     assert all(isinstance(f, sw.Feature) and f.strength > 0 for f in found)
     assert len({(f.source, f.index) for f in found}) == len(found)
