@@ -164,10 +164,14 @@ def set_from_fit(
     if along <= 0:
         raise RequestError("concept", "no SAE feature pushes along this concept's direction")
     scale = PUSH * strength / along
+    # Rounded, and everything else derived from the rounded strengths: a least-squares solve
+    # may differ in its last bits from one call to the next (BLAS picks kernels by memory
+    # alignment), and a set must come back the same every time it is asked for.
     strengths = [round(float(c) * scale, 4) for c in coefs]
     features = [
         Feature(owners[i][0], owners[i][1], s) for i, s in zip(fit.indices, strengths, strict=True)
     ]
-    weights = (coefs / coefs.sum()).tolist()
-    cosine = along / max(float(total.norm()), 1e-12)
+    weights = [round(s / sum(strengths), 6) for s in strengths]
+    pushed = torch.tensor(strengths, dtype=torch.float64) @ rows[fit.indices].double()
+    cosine = round(float(pushed @ direction.double()) / max(float(pushed.norm()), 1e-12), 6)
     return ConceptFeatures(features, concept, labels, weights, cosine)
