@@ -4,7 +4,8 @@
 default model's widths (float32 and GGUF-quantized products of 1 to 13 rows and 16 to 4,096
 columns, causal attention of 1 to 9 positions over 1 to 300 keys, ragged decode steps of 1 to 16
 cache rows at positions of their own, RMSNorm, rotary, queued sampling noise),
-computes every call's result at one thread, then makes every call once at ``--threads`` and
+computes every call's result at one thread (a ragged step's: its rows decoded one at a time,
+so it is checked against the solo runs, not against itself), then makes every call once at ``--threads`` and
 ``--rounds`` rounds of 64 calls in a random order, and prints one JSON line: calls and wrong
 results per op. The work is counted, not timed, so a slower machine runs the same calls longer
 rather than fewer of them (every op is always drawn: the first round is every call once).
@@ -23,6 +24,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 
+import native_ops
 import numpy as np
 import torch
 
@@ -51,8 +53,8 @@ def float_calls(gen: torch.Generator, rng: random.Random) -> dict[str, Call]:
             bias = torch.randn(n, generator=gen) if rng.random() < 0.5 else None
             for m in sorted({1, 2, 3, rng.randint(4, 13)}):
                 x = torch.randn(m, k, generator=gen)
-                calls[f"linear {m}x{k}->{n}"] = lambda x=x, p=packed, n=n, b=bias: native.linear(
-                    x, p, n, b
+                calls[f"linear {m}x{k}->{n}"] = lambda x=x, p=packed, n=n, b=bias: (
+                    native_ops.linear(x, p, n, b)
                 )
     return calls
 
@@ -79,20 +81,22 @@ def other_calls(gen: torch.Generator, rng: random.Random) -> dict[str, Call]:
                 q = torch.randn(b, 9, t, 64, generator=gen)
                 kv = torch.randn(2, b, 3, length + 4, 64, generator=gen)[..., :length, :]
                 calls[f"attention b{b} L{length} T{t} w{window}"] = (
-                    lambda q=q, k=kv[0], v=kv[1], s=length - t, w=window: native.causal_attention(
-                        q, k, v, 0.125, s, w
+                    lambda q=q, k=kv[0], v=kv[1], s=length - t, w=window: (
+                        native_ops.causal_attention(q, k, v, 0.125, s, w)
                     )
                 )
     calls.update(ragged_calls(gen, rng))
     for m in (1, 7):
         x, w = torch.randn(m, 576, generator=gen), torch.randn(576, generator=gen)
-        calls[f"rms_norm {m}"] = lambda x=x, w=w: native.rms_norm(x, w, 1e-5)
+        calls[f"rms_norm {m}"] = lambda x=x, w=w: native_ops.rms_norm(x, w, 1e-5)
         xr = torch.randn(m, 3, 9, 64, generator=gen)
         cos, sin = torch.randn(2, 3, 64, generator=gen)
-        calls[f"rotary {m}"] = lambda x=xr, c=cos, s=sin: native.rotary(x, c, s)
+        calls[f"rotary {m}"] = lambda x=xr, c=cos, s=sin: native_ops.rotary(x, c, s)
         rows_cs = torch.randn(2, m, 1, 64, generator=gen)  # a ragged step: each row's own table
         xs = torch.randn(m, 1, 9, 64, generator=gen)
-        calls[f"rotary rows{m}"] = lambda x=xs, c=rows_cs[0], s=rows_cs[1]: native.rotary(x, c, s)
+        calls[f"rotary rows{m}"] = lambda x=xs, c=rows_cs[0], s=rows_cs[1]: native_ops.rotary(
+            x, c, s
+        )
     for size in (1, 513, 49152):
         seed = rng.randrange(1 << 30)
         calls[f"noise {size}"] = lambda size=size, seed=seed: _noise(size, seed)
@@ -102,7 +106,6 @@ def other_calls(gen: torch.Generator, rng: random.Random) -> dict[str, Call]:
 def ragged_calls(gen: torch.Generator, rng: random.Random) -> dict[str, Call]:
     """Ragged decode steps: some rows of a cache, in any order, each at its own position."""
     calls: dict[str, Call] = {}
-    ragged = native.op("ragged_attention")
     for cache_rows in (1, 3, 8, 16):
         kv = torch.randn(2, cache_rows, 3, 320, 64, generator=gen)
         for window in (0, 8):
@@ -110,12 +113,33 @@ def ragged_calls(gen: torch.Generator, rng: random.Random) -> dict[str, Call]:
             rows = torch.tensor(rng.sample(range(cache_rows), b), dtype=torch.long)
             positions = torch.tensor([rng.randrange(300) for _ in range(b)], dtype=torch.long)
             q = torch.randn(b, 9, 1, 64, generator=gen)
-            calls[f"ragged_attention c{cache_rows} b{b} w{window}"] = (
-                lambda q=q, kv=kv, r=rows, p=positions, w=window: ragged(
-                    q, kv[0], kv[1], 0.125, r, p, w
-                )
+            calls[f"ragged_attention c{cache_rows} b{b} w{window}"] = Ragged(
+                q, kv, rows, positions, window
             )
     return calls
+
+
+class Ragged:
+    """One ragged step; its reference (``alone``) is each row decoded by itself, the
+    ``causal_attention`` call of a solo decode step, so a ragged result that drifted from the
+    solo runs (a window ignored, another row's keys read) counts as wrong."""
+
+    def __init__(self, q: torch.Tensor, kv: torch.Tensor, rows: torch.Tensor,
+                 positions: torch.Tensor, window: int) -> None:  # fmt: skip
+        self.q, self.kv, self.rows, self.positions, self.window = q, kv, rows, positions, window
+
+    def __call__(self) -> torch.Tensor:
+        k, v = self.kv
+        ragged = native.op("ragged_attention")
+        return ragged(self.q, k, v, 0.125, self.rows, self.positions, self.window)
+
+    def alone(self) -> torch.Tensor:
+        k, v = self.kv
+        return torch.cat([
+            native_ops.causal_attention(self.q[i : i + 1], k[r : r + 1], v[r : r + 1], 0.125,
+                                        int(p), self.window)
+            for i, (r, p) in enumerate(zip(self.rows.tolist(), self.positions.tolist(), strict=True))
+        ])  # fmt: skip
 
 
 def _noise(size: int, seed: int) -> torch.Tensor:
@@ -139,7 +163,7 @@ def run(threads: int, rounds: int, seed: int) -> dict:
     want, cost = {}, {}
     for name, call in calls.items():
         start = time.perf_counter()
-        want[name] = call()
+        want[name] = getattr(call, "alone", call)()  # ragged steps: the solo steps' bits
         cost[name] = time.perf_counter() - start
     torch.set_num_threads(threads)
     names, rng = sorted(calls), random.Random(seed + threads)

@@ -89,7 +89,7 @@ x, packed = torch.randn(4, 576), native.pack(torch.randn(4096, 576))
 seen = []
 for n in (1, 8, 3):
     torch.set_num_threads(n)
-    native.linear(x, packed, 4096)
+    native.op("rowwise_linear")(x, packed, 4096)
     seen.append(native.pool_workers())
 print(seen)
 """

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 
+import native_ops
 import pytest
 import torch
 from kernel_variants import AVX2_NO_F16C, SCALAR, runs_here
@@ -45,8 +46,8 @@ def test_fused_bias_has_the_bits_of_a_separate_add(n, k):
     w, b = _weights(n, k)
     x = torch.randn(4, k, generator=torch.Generator().manual_seed(4))
     packed = native.pack(w)
-    assert torch.equal(native.linear(x, packed, n, b), native.linear(x, packed, n) + b)
-    assert torch.equal(Linear(w, kernel="native", bias=b)(x), native.linear(x, packed, n) + b)
+    assert torch.equal(native_ops.linear(x, packed, n, b), native_ops.linear(x, packed, n) + b)
+    assert torch.equal(Linear(w, kernel="native", bias=b)(x), native_ops.linear(x, packed, n) + b)
 
 
 @pytest.mark.parametrize(("n", "k"), [(37, 70), (300, 1100)])
@@ -73,12 +74,12 @@ def test_prefill_positions_equal_each_position_alone():
 def test_native_rms_norm_equals_the_torch_formula_and_rows_are_exact_alone(d):
     gen = torch.Generator().manual_seed(4)
     x, w = torch.randn(5, 3, d, generator=gen) * 3, torch.randn(d, generator=gen)
-    got = native.rms_norm(x, w, 1e-5)
+    got = native_ops.rms_norm(x, w, 1e-5)
     want = w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5))
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
     for b in range(5):
         for t in range(3):
-            alone = native.rms_norm(x[b : b + 1, t : t + 1], w, 1e-5)[0, 0]
+            alone = native_ops.rms_norm(x[b : b + 1, t : t + 1], w, 1e-5)[0, 0]
             assert torch.equal(got[b, t], alone), (b, t)
 
 
@@ -89,7 +90,7 @@ def test_native_rotary_is_bit_for_bit_the_torch_ops(d, r):
     gen = torch.Generator().manual_seed(5)
     qk = torch.randn(2, 3, 12, d, generator=gen)[:, :, 1:7]  # a slice, as q and k heads are
     cos, sin = torch.randn(3, r, generator=gen), torch.randn(3, r, generator=gen)
-    got = native.rotary(qk, cos, sin)
+    got = native_ops.rotary(qk, cos, sin)
     assert torch.equal(got, _rotate(qk, cos[:, None], sin[:, None]))
 
 
@@ -104,17 +105,18 @@ def test_native_decode_attention_is_sdpa_and_each_row_and_thread_count_exact(h, 
     q = torch.randn(5, h, 1, d, generator=gen)
     k = torch.randn(5, h_kv, length + 40, d, generator=gen)[:, :, :length]
     v = torch.randn(5, h_kv, length + 40, d, generator=gen)[:, :, :length]
-    got = native.decode_attention(q, k, v, d**-0.5)
+    got = native_ops.decode_attention(q, k, v, d**-0.5)
     want = F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
     torch.testing.assert_close(got, want, atol=2e-6, rtol=1e-5)
     for b in range(5):
         assert torch.equal(
-            native.decode_attention(q[b : b + 1], k[b : b + 1], v[b : b + 1], d**-0.5)[0], got[b]
+            native_ops.decode_attention(q[b : b + 1], k[b : b + 1], v[b : b + 1], d**-0.5)[0],
+            got[b],
         )
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(1)
-        assert torch.equal(native.decode_attention(q, k, v, d**-0.5), got)
+        assert torch.equal(native_ops.decode_attention(q, k, v, d**-0.5), got)
     finally:
         torch.set_num_threads(threads)
 
@@ -144,18 +146,18 @@ def test_native_causal_attention_is_sdpa_and_each_position_is_its_decode_step(
     k = torch.randn(3, h_kv, length + 8, 64, generator=gen)[:, :, :length]
     v = torch.randn(3, h_kv, length + 8, 64, generator=gen)[:, :, :length]
     start = length - t
-    got = native.causal_attention(q, k, v, 0.125, start, window)
+    got = native_ops.causal_attention(q, k, v, 0.125, start, window)
     q_pos, k_pos = torch.arange(start, length)[:, None], torch.arange(length)[None]
     mask = (k_pos <= q_pos) & ((k_pos > q_pos - window) if window else True)
     want = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=0.125, enable_gqa=True)
     torch.testing.assert_close(got, want, atol=2e-6, rtol=1e-5)
     for n in (1, 4):
         with at_threads(n):
-            assert torch.equal(native.causal_attention(q, k, v, 0.125, start, window), got)
+            assert torch.equal(native_ops.causal_attention(q, k, v, 0.125, start, window), got)
             for j in range(t):
                 end = start + j + 1
                 lo = max(0, end - window) if window else 0
-                step = native.decode_attention(
+                step = native_ops.decode_attention(
                     q[:, :, j : j + 1], k[:, :, lo:end], v[:, :, lo:end], 0.125
                 )
                 assert torch.equal(step[:, :, 0], got[:, :, j]), (n, j)
@@ -164,15 +166,15 @@ def test_native_causal_attention_is_sdpa_and_each_position_is_its_decode_step(
 def test_native_causal_attention_names_positions_outside_the_keys():
     q, kv = torch.randn(1, 2, 4, 16), torch.randn(1, 2, 5, 16)
     with pytest.raises(RuntimeError, match="within the L keys"):
-        native.causal_attention(q, kv, kv, 0.25, 2, 0)  # positions 2..5 over keys 0..4
+        native_ops.causal_attention(q, kv, kv, 0.25, 2, 0)  # positions 2..5 over keys 0..4
 
 
-def test_native_decode_attention_refuses_shapes_it_does_not_read():
+def test_native_attention_refuses_shapes_it_does_not_read():
     q, kv = torch.randn(1, 4, 1, 24), torch.randn(1, 2, 5, 24)
     with pytest.raises(RuntimeError, match="multiple of 16"):
-        native.decode_attention(q, kv, kv, 0.2)
+        native_ops.decode_attention(q, kv, kv, 0.2)
     with pytest.raises(RuntimeError, match="do not fit"):
-        native.decode_attention(torch.randn(1, 3, 1, 32), *(torch.randn(1, 2, 5, 32),) * 2, 0.2)
+        native_ops.decode_attention(torch.randn(1, 3, 1, 32), *(torch.randn(1, 2, 5, 32),) * 2, 0.2)
 
 
 def test_thread_count_does_not_change_results():
@@ -315,7 +317,8 @@ for n, k in [(1, 1), (17, 33), (130, 576), (49, 1100)]:
     assert all(torch.equal(op(x[i : i + 1].contiguous(), native.pack(w), n)[0], y[i]) for i in range(9))
     b = torch.randn(n)
     assert torch.equal(op(x, native.pack(w), n, b), y + b)
-attend = torch.ops.steer_widgets.decode_attention
+def attend(q, k, v, scale):  # one decode position over all the keys
+    return torch.ops.steer_widgets.causal_attention(q, k, v, scale, k.shape[2] - 1, 0)
 q, k, v = torch.randn(3, 6, 1, 64), torch.randn(3, 2, 90, 64), torch.randn(3, 2, 90, 64)
 z = attend(q, k, v, 0.125)
 ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, enable_gqa=True)

@@ -5,6 +5,7 @@ kernel's fused multiply-add chain, so the claims here are equalities, not tolera
 
 from __future__ import annotations
 
+import native_ops
 import numpy as np
 import pytest
 import torch
@@ -69,7 +70,7 @@ def test_products_equal_the_float32_kernel_on_the_dequantized_matrix(name):
     for rows in range(1, 17):
         x = torch.randn(rows, 1, k, generator=gen)
         y = lin(x)
-        assert torch.equal(y, native.linear(x, ref, n, bias))
+        assert torch.equal(y, native_ops.linear(x, ref, n, bias))
         for r in range(rows):  # each row alone: the same bits
             assert torch.equal(lin(x[r : r + 1]), y[r : r + 1])
 
@@ -243,7 +244,7 @@ for name in quant.SUPPORTED:
     assert torch.equal(lin.dense().view(torch.int32), ref.view(torch.int32)), name
     for rows in (1, 2, 3, 7, 13):  # the wide, tile and panel paths
         x = torch.randn(rows, k)
-        assert torch.equal(lin(x), native.linear(x, packed, 40)), (name, rows)
+        assert torch.equal(lin(x), torch.ops.steer_widgets.rowwise_linear(x, packed, 40)), (name, rows)
 print("OK")
 """
 

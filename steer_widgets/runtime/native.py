@@ -14,9 +14,9 @@ in a folder named after this CPU's instruction-set flags, so a home folder share
 machines never runs another CPU's build. When it cannot be built, ``extension()`` returns
 None after one warning and callers fall back to oneDNN.
 
-The same module holds RMSNorm, rotary embedding and causal attention as one call each
-(``rms_norm``, ``rotary``, ``causal_attention``): outside the matrix products a
-decode step is a few hundred small torch ops.
+The same extension holds RMSNorm, rotary embedding and causal attention as one op each
+(``op("rms_norm")``, ``op("rotary")``, ``op("causal_attention")``, ``op("ragged_attention")``):
+outside the matrix products a decode step is a few hundred small torch ops.
 """
 
 from __future__ import annotations
@@ -166,32 +166,12 @@ def pack(w: Tensor) -> Tensor:
 
 
 def op(name: str) -> Callable[..., Tensor]:
-    """The compiled op ``name`` ("rowwise_linear", "rms_norm", "rotary", "decode_attention",
+    """The compiled op ``name`` ("rowwise_linear", "rms_norm", "rotary",
     "causal_attention", "ragged_attention", "quant_linear", "quant_rows", "openmp_threads",
     "noise_*"), looked up once for a caller that runs it in every layer of every step; only
     where ``extension()`` is not None."""
     extension()  # loads the module on first use
     return getattr(torch.ops.steer_widgets, name).default
-
-
-def linear(x: Tensor, packed: Tensor, n_out: int, bias: Tensor | None = None) -> Tensor:
-    """``x`` [..., K] (float32) times the packed weight, plus ``bias`` [n_out] if given (added
-    in the same pass, with the bits of a separate add): [..., n_out]."""
-    return op("rowwise_linear")(x, packed, n_out, bias)
-
-
-def rms_norm(x: Tensor, w: Tensor, eps: float) -> Tensor:
-    """``w * (x * rsqrt(mean(x**2, -1) + eps))`` over the last dim of a float32 CPU ``x`` in
-    one call (six small torch ops otherwise), each row alone whatever the other rows."""
-    return op("rms_norm")(x, w, eps)
-
-
-def rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """Rotary embedding of the first ``R`` dims of each head of a float32 CPU ``x`` [B, T, H,
-    D] (each head contiguous; a slice of a fused qkv is read in place) with ``cos`` and signed
-    ``sin`` [T, R]: ``x * cos + roll(x, R/2) * sin``, the same bits as those three torch ops
-    (and the copy of a partial rotary's other dims) in one call."""
-    return op("rotary")(x, cos, sin)
 
 
 @contextlib.contextmanager
@@ -269,28 +249,10 @@ def noise_cancel(ticket: int) -> None:
     op("noise_cancel")(ticket)
 
 
-MAX_HEAD = 256  # the largest head decode_attention reads (the C++ kMaxLines * kBlock)
+MAX_HEAD = 256  # the largest head the attention kernels read (the C++ kMaxLines * kBlock)
 
 
 def reads_heads_of(d_head: int) -> bool:
-    """Whether ``decode_attention`` takes heads of ``d_head`` floats: whole 16-float lines,
+    """Whether the attention kernels take heads of ``d_head`` floats: whole 16-float lines,
     at most ``MAX_HEAD``."""
     return d_head % BLOCK == 0 and d_head <= MAX_HEAD
-
-
-def decode_attention(q: Tensor, k: Tensor, v: Tensor, scale: float) -> Tensor:
-    """Attention of one position, float32 CPU ``q`` [B, H, 1, D] over ``k`` and ``v`` [B,
-    Hkv, L, D] (grouped heads; a KV cache slice is read in place): SDPA's result to float32
-    rounding, each (row, head) alone in a fixed order whatever the batch."""
-    return op("decode_attention")(q, k, v, scale)
-
-
-def causal_attention(
-    q: Tensor, k: Tensor, v: Tensor, scale: float, start: int = 0, window: int = 0
-) -> Tensor:
-    """Causal attention of float32 CPU ``q`` [B, H, T, D] at positions ``start..start+T``
-    over ``k`` and ``v`` [B, Hkv, L, D] (``start + T <= L``; grouped heads; slices read in
-    place), within the last ``window`` keys where ``window > 0``: SDPA's result to float32
-    rounding, each (row, head, position) alone in a fixed order, so the bits depend on
-    neither the batch, the thread count, nor how many positions were computed together."""
-    return op("causal_attention")(q, k, v, scale, start, window)

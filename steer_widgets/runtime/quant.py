@@ -222,11 +222,14 @@ def pack(raw: np.ndarray, qtype: int | str) -> Tensor:
     _, size = TYPES[name]
     n = raw.shape[0]
     nb, groups = -(-n // BLOCK), raw.shape[1] // size * WEIGHTS[name] // QK
-    out = torch.empty(nb, groups, _group_bytes(kernel_type(name)), dtype=torch.uint8)
-    view = out.numpy()
+    out = view = None  # sized by the first chunk: its bytes per group are the layout's own
     for b in range(0, nb, CHUNK):
         rows = raw[b * BLOCK : (b + CHUNK) * BLOCK]
-        view[b : b + CHUNK] = _pack_rows(np.ascontiguousarray(rows, dtype=np.uint8), name)
+        part = _pack_rows(np.ascontiguousarray(rows, dtype=np.uint8), name)
+        if out is None:
+            out = torch.empty(nb, groups, part.shape[-1], dtype=torch.uint8)
+            view = out.numpy()
+        view[b : b + CHUNK] = part
     return out
 
 
@@ -234,16 +237,6 @@ def _pack_rows(rows: np.ndarray, name: str) -> np.ndarray:
     if name == "Q5_0":
         return _pack_blocks(_q5_0_as_q8_0(rows), "Q8_0")
     return (_pack_wide if name in WIDE else _pack_blocks)(rows, name)
-
-
-def _group_bytes(name: str) -> int:
-    """Bytes per 16 columns x 32 k (``quant_group_bytes`` in ``csrc/kernels.h``): the 16
-    scales (f16; float32 for the wide types, two lines for Q6_K), the 16 mins or offsets, the
-    codes (Q4_K: nibbles; the other wide types: signed bytes)."""
-    wide = {"Q5_1": 640, "Q4_K": 384, "Q5_K": 640, "Q6_K": 640}
-    if name in wide:
-        return wide[name]
-    return 32 * (2 if name == "Q4_1" else 1) + (16 * QK if name == "Q8_0" else 8 * QK)
 
 
 def _pack_blocks(raw: np.ndarray, name: str) -> np.ndarray:

@@ -191,14 +191,6 @@ at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::
   return y;
 }
 
-// One decode position (q [B, H, 1, D]) over all L keys: causal_attention's last position.
-at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                            double scale) {
-  TORCH_CHECK(q.dim() == 4 && q.size(2) == 1 && k.dim() == 4 && k.size(2) > 0,
-              "q must be [B, H, 1, D], k and v [B, Hkv, L, D]");
-  return causal_attention(q, k, v, scale, k.size(2) - 1, 0);
-}
-
 // One decode position per row of a ragged batch: q [B, H, 1, D], row b of q at position
 // starts[b] of cache row rows[b] of k and v [N, Hkv, L, D] (starts[b] < L), attending that
 // row's keys up to its position (the last `window` where window > 0). Each row's bits are
@@ -297,8 +289,6 @@ TORCH_LIBRARY(steer_widgets, m) {
   m.def("rowwise_linear(Tensor x, Tensor packed, int n_out, Tensor? bias=None) -> Tensor", &linear);
   m.def("rms_norm(Tensor x, Tensor w, float eps) -> Tensor", &rms_norm);
   m.def("rotary(Tensor x, Tensor cos, Tensor sin) -> Tensor", &rotary);
-  m.def("decode_attention(Tensor q, Tensor k, Tensor v, float scale) -> Tensor",
-        &decode_attention);
   m.def("causal_attention(Tensor q, Tensor k, Tensor v, float scale, int start, int window) -> Tensor",
         &causal_attention);
   m.def("ragged_attention(Tensor q, Tensor k, Tensor v, float scale, Tensor rows, Tensor starts, "
