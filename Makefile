@@ -40,16 +40,22 @@ ROOT_OK := $(if $(filter 0,$(shell id -u)),--allow-root,)
 lab: install
 	$(BIN)/jupyter lab --ip=127.0.0.1 $(ROOT_OK) notebooks/quickstart.ipynb
 
-# One torch thread in tests: the browser tests run a kernel beside pytest, and two processes
-# with two threads each on a 2-core machine run many times slower than one thread each.
+# Two pytest-xdist workers with one torch thread each: almost every test computes on one
+# thread, so one process leaves a second core idle (a fresh clone's tests took 30 min in one
+# process, 19.5 in two, 2026-12-04); more threads per process would oversubscribe the cores
+# the browser tests' kernels need. `--dist loadfile` keeps each file on one worker: a
+# notebook's cells run in order in one kernel, and a file's module fixtures (a JupyterLab, a
+# server, an exported page) start once. TEST_WORKERS=0 runs everything in one process.
 # The tests never write into the work tree: git status after them is what it was before.
+TEST_WORKERS ?= 2
+XDIST := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
 TREE := $(shell mktemp -u /tmp/sw-tree.XXXXXX)
 test: install
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
 	$(BIN)/python scripts/check_wording.py
 	git status --porcelain > $(TREE).before 2>/dev/null || true
-	HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q tests notebooks --nbval-lax -p no:cacheprovider --durations=25
-	OMP_NUM_THREADS=1 scripts/ipywidgets7.sh
+	HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q tests notebooks --nbval-lax -p no:cacheprovider --durations=25 $(XDIST)
+	OMP_NUM_THREADS=1 scripts/ipywidgets7.sh $(XDIST)
 	git status --porcelain > $(TREE).after 2>/dev/null || true
 	@diff $(TREE).before $(TREE).after || (echo "the tests wrote into the work tree (above)"; exit 1)
 	@rm -f $(TREE).before $(TREE).after
@@ -61,7 +67,7 @@ test-fast: $(STAMP)
 # The widget tests again under ipywidgets 7.7 (what Colab ships), in a venv layered on .venv,
 # and the explorer in Chromium under the classic notebook's ipywidgets 7 front end.
 test-ipywidgets7: install
-	OMP_NUM_THREADS=1 scripts/ipywidgets7.sh
+	OMP_NUM_THREADS=1 scripts/ipywidgets7.sh $(XDIST)
 
 # The kernels at 1-16 threads for 4000 rounds of 64 calls each (make test runs 100 each) and
 # the pool, noise queue and kernels longer under ThreadSanitizer (docs/determinism.md#thread-counts).

@@ -28,7 +28,13 @@ def sources(engine):
 @pytest.fixture(scope="session")
 def kernel_variants(tmp_path_factory):
     """The kernel's other instruction-set builds, each compiled once for the whole session
-    however many test files run it (``kernel_variants.py``)."""
+    however many test files run it (``kernel_variants.py``). Under pytest-xdist every worker
+    shares one folder beside their own (the build's lock file makes a second compile of a
+    variant wait for the first and find it built)."""
     from kernel_variants import KernelVariants
 
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = tmp_path_factory.getbasetemp().parent / "kernel-variants"
+        root.mkdir(exist_ok=True)
+        return KernelVariants(root)
     return KernelVariants(tmp_path_factory.mktemp("kernel-variants"))

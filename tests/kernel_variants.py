@@ -13,6 +13,7 @@ variant, so a build is never redone for a reordered command line. The ``kernel_v
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -57,9 +58,9 @@ class KernelVariants:
         """The environment of a process that runs ``variant``'s build: its cache (the GGUF's
         converted metadata linked in, a cache the product keeps) and ``tests`` importable."""
         folder = self.folder(variant)
-        if not folder.exists():
-            folder.mkdir(parents=True)
-            if (cache_dir() / "gguf").is_dir():
+        folder.mkdir(parents=True, exist_ok=True)  # two test workers may ask at once
+        if (cache_dir() / "gguf").is_dir() and not (folder / "gguf").is_symlink():
+            with contextlib.suppress(FileExistsError):
                 (folder / "gguf").symlink_to(cache_dir() / "gguf")
         path = os.pathsep.join([str(ROOT), str(ROOT / "tests")])
         return dict(os.environ, STEER_WIDGETS_CACHE=str(folder), PYTHONPATH=path)

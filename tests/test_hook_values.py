@@ -224,6 +224,11 @@ def test_engine_reads_and_steers_one_head_of_the_default_model(engine, lens_sae,
     )  # fmt: skip
     out = heads.steer(request).outputs
     assert out["STEERED"].token_ids != out["DEFAULT"].token_ids
+    # a head's slice has no concept direction to compare with: both finders refuse it by name
+    for find in (heads.search_features, heads.concept_features):
+        with pytest.raises(sw.RequestError, match="one head's slice") as err:
+            find("cats", sources=["head7"])
+        assert err.value.field == "sources[0]", find
 
 
 def test_fast_runtime_gpt2_gives_a_centred_sae_transformer_lens_values(engine, lens_sae, tmp_path):

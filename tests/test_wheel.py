@@ -1,6 +1,9 @@
 """The wheel installs anywhere: build it from a copy of the source, install it into a clean
 venv (no source tree, no editable install on its path) and run the quickstart notebook there.
-That proves the package data ships: SAEs, feature indexes, widget JavaScript, py.typed."""
+That proves the package data ships: SAEs, feature indexes, concept data, widget JavaScript,
+py.typed. The notebook is the quickstart's first two cells (the Colab install cell, the
+default engine), one explorer run with a feature and the checks below: the whole quickstart
+runs from the source tree under nbval, and running it again here read the same files twice."""
 
 from __future__ import annotations
 
@@ -23,6 +26,8 @@ DATA = [
     "steer_widgets/py.typed",
     "steer_widgets/data/saes/quality.json",
     "steer_widgets/data/neutral.json",
+    "steer_widgets/data/contrast.json",
+    "steer_widgets/data/eval_prompts.json",
     "steer_widgets/data/saes/10-smollm2-res-4k/cfg.json",
     "steer_widgets/data/saes/10-smollm2-res-4k/sae_weights.safetensors",
     "steer_widgets/data/saes/10-smollm2-res-4k/feature_index.json.gz",
@@ -35,6 +40,13 @@ DATA = [
     # every source and header the kernel builds from (the installed package compiles it)
     *(f"steer_widgets/runtime/csrc/{p.name}" for p in (*native.SOURCES, *native.HEADERS)),
 ]
+EXPLORE = """
+ex = sw.Explorer(prompt="Give me some advice for a good morning.", chat=True,
+                 n_completion_tokens=8, temperature=0)
+ex.add_feature(source, 11, 80.0)
+ex.wait()
+assert ex.status.startswith("done") and ex.outputs["STEERED"].token_ids, ex.status
+"""
 CHECK_INSTALLED = """
 import sys, importlib.resources as res, steer_widgets as sw
 from pathlib import Path
@@ -96,7 +108,8 @@ def test_wheel_installs_into_a_clean_venv_and_runs_the_quickstart(tmp_path):
     runner = f"""
 import nbformat, nbclient
 nb = nbformat.read({str(notebook)!r}, as_version=4)
-nb.cells.append(nbformat.v4.new_code_cell({CHECK_INSTALLED!r}))
+code = [c for c in nb.cells if c.cell_type == "code"][:2]  # the install cell, the engine
+nb.cells = code + [nbformat.v4.new_code_cell(s) for s in ({EXPLORE!r}, {CHECK_INSTALLED!r})]
 nbclient.NotebookClient(nb, timeout=600, kernel_name="python3").execute()
 print(nb.cells[-1].outputs[0]["text"], end="")
 """

@@ -359,6 +359,25 @@ class Concepts:
         nearest = min(abs(layers[s] - target) for s in placed)
         return [s for s in placed if abs(layers[s] - target) == nearest]
 
+    def _given_sources(self, sources) -> list[str]:
+        """``sources`` as a caller gave them (``search`` and ``features`` alike): at least one
+        registered SAE (a SourceError names an unknown one), each reading its whole hook, as
+        a concept direction there can only be compared with such an SAE's rows."""
+        chosen = list(checks.sequence("sources", sources))
+        if not chosen:
+            raise RequestError("sources", "must name at least one SAE")
+        saes, widths = self.engine.saes, self.engine.model.runtime.hook_widths()
+        for i, s in enumerate(chosen):
+            checks.text(f"sources[{i}]", s)
+            hook = saes.config(s).hook_name
+            if saes.config(s).d_in != widths.get(hook):
+                raise RequestError(
+                    f"sources[{i}]",
+                    f"{s} reads one head's slice of {hook}: no concept direction to compare "
+                    "its rows with",
+                )
+        return chosen
+
     def _whole_hook_sources(self) -> list[str]:
         """The SAEs that read their whole hook (not one head's slice): the ones a concept
         direction at the hook can be compared with."""
@@ -401,22 +420,10 @@ class Concepts:
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             raise RequestError("n", f"must be a positive integer, got {n!r}")
         saes = self.engine.saes
-        widths = self.engine.model.runtime.hook_widths()
-        if sources is not None:
-            sources = list(checks.sequence("sources", sources))
-            for i, s in enumerate(sources):
-                checks.text(f"sources[{i}]", s)
-        sources = self.default_sources() if sources is None else sources
+        sources = self.default_sources() if sources is None else self._given_sources(sources)
         if not sources:
             raise RequestError("sources", "no SAE that reads a whole hook is registered")
-        hooks = {s: saes.config(s).hook_name for s in sources}  # SourceError names a bad one
-        for s, h in hooks.items():
-            if saes.config(s).d_in != widths.get(h):
-                raise RequestError(
-                    "sources",
-                    f"{s} reads one head's slice of {h}: no concept "
-                    "direction to compare its rows with",
-                )
+        hooks = {s: saes.config(s).hook_name for s in sources}
         given = query if examples is None else examples
         pos, neg, rows = self._sets(given, None, "examples", query)
         wanted = sorted(set(hooks.values()))
@@ -497,14 +504,11 @@ class Concepts:
         there."""
         saes = self.engine.saes
         if sources is not None:
-            chosen = list(checks.sequence("sources", sources))
-            if not chosen:
-                raise RequestError("sources", "must name at least one SAE")
+            chosen = self._given_sources(sources)
             for i, s in enumerate(chosen):
-                checks.text(f"sources[{i}]", s)
-                if saes.config(s).hook_name != hook or s not in self._whole_hook_sources():
+                if saes.config(s).hook_name != hook:
                     raise RequestError(
-                        f"sources[{i}]", f"{s} does not read the whole of the concept's hook {hook}"
+                        f"sources[{i}]", f"{s} does not read the concept's hook {hook}"
                     )
             return chosen
         chosen = [s for s in self.default_sources() if saes.config(s).hook_name == hook]

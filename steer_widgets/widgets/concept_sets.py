@@ -9,7 +9,6 @@ box (a run that starts next rewrites the status line).
 
 from __future__ import annotations
 
-import html
 import time
 from collections.abc import Callable
 
@@ -17,6 +16,7 @@ import ipywidgets as widgets
 
 from .. import checks
 from ..errors import SteerWidgetsError
+from .picker import hint
 from .status import StatusLine
 from .worker import Worker
 
@@ -51,7 +51,7 @@ class ConceptSets:
             self.on_error(err)
             return []
         seconds = time.perf_counter() - started
-        self.message.value = _caption(
+        self.message.value = hint(
             f"{len(found)} features of {concept!r} (their sum points along its concept vector "
             f"with cosine {found.cosine:.2f}), found in {seconds:.1f} s"
         )
@@ -67,7 +67,3 @@ class ConceptSets:
 
     def close(self) -> None:
         self._worker.close()
-
-
-def _caption(text: str) -> str:
-    return f"<i class='sw-hint'>{html.escape(text)}</i>"

@@ -208,13 +208,13 @@ class FeaturePicker:
             caption = f"{len(infos)} feature(s) mentioning {query!r} in {source}"
             self._show(self.results, self.message, infos, caption)
         else:
-            self.message.value = _caption(no_result_hint(query, len(index)))
+            self.message.value = hint(no_result_hint(query, len(index)))
         if not m and has_steering_search(self.engine):
             self._search_steering(source, query, index)
         return infos
 
     def _search_steering(self, source: str, query: str, index) -> None:
-        self.steering_message.value = _caption(f"finding features that steer toward {query!r}…")
+        self.steering_message.value = hint(f"finding features that steer toward {query!r}…")
 
         def work() -> None:
             try:
@@ -300,9 +300,10 @@ class FeaturePicker:
                 layout={"flex": "1 1 16em", "min_width": "0"},
             )
             rows.append(widgets.HBox([add, near, card, text], layout={"flex_flow": "row wrap"}))
-        message.value = _caption(caption)
+        message.value = hint(caption)
         box.children = tuple(rows)
 
 
-def _caption(text: str) -> str:
+def hint(text: str) -> str:
+    """A hint under a search box (the picker's and the concept box's): escaped, in italics."""
     return f"<i class='sw-hint'>{html.escape(text)}</i>"

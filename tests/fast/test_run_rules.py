@@ -39,3 +39,49 @@ def test_a_token_stays_registered_until_its_outermost_run_ends():
     assert len(runs) == 0
     runs.cancel_all()  # a run that ended is not reached
     assert not ended.is_set()
+
+
+def test_cancel_all_reaches_every_run_registered_at_that_moment_from_many_threads():
+    """32 threads (more than the cores here), 40 rounds: each opens a run (some nested, some
+    sharing one caller's event), ``cancel_all`` lands while all are open, then every token
+    is set, the runs close to an empty register, and runs opened after it are untouched."""
+    import random
+
+    threads, rounds = 32, 40
+    runs, shared = Runs(), [threading.Event() for _ in range(rounds)]
+    opened, cancelled, closed = (threading.Barrier(threads + 1) for _ in range(3))
+    seen: list[tuple[bool, bool]] = []  # (set after cancel_all, set when opened afresh)
+    lock = threading.Lock()
+
+    def worker(seed: int) -> None:
+        rng = random.Random(seed)
+        for r in range(rounds):
+            caller = shared[r] if seed % 4 == 0 else None
+            with runs.run(caller) as token:
+                depth = rng.randint(0, 2)  # parts of the same run register it again
+                for _ in range(depth):
+                    with runs.run(token):
+                        pass
+                opened.wait()
+                cancelled.wait()
+                was_set = token.is_set()
+            closed.wait()
+            with runs.run() as after:
+                fresh = not after.is_set()
+            with lock:
+                seen.append((was_set, fresh))
+
+    pool = [threading.Thread(target=worker, args=(i,)) for i in range(threads)]
+    for t in pool:
+        t.start()
+    for _ in range(rounds):
+        opened.wait()
+        runs.cancel_all()
+        cancelled.wait()
+        closed.wait()
+    for t in pool:
+        t.join()
+    assert len(seen) == threads * rounds
+    assert all(was_set for was_set, _ in seen)
+    assert all(fresh for _, fresh in seen)
+    assert len(runs) == 0

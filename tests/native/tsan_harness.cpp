@@ -7,7 +7,8 @@
 // at one thread, while a second caller thread makes calls of its own (it runs them alone: one
 // caller uses the pool at a time) and noise jobs are queued for the idle workers. Noise jobs
 // draw an order-dependent sequence (each element a step of one generator), so a chunk drawn out of
-// order or twice shows. Before all that, on the fresh pool, chunks that throw (throwing_chunk).
+// order or twice shows. Before all that, on the fresh pool, chunks that throw (throwing_chunk)
+// and a noise draw that throws on a worker (throwing_draw).
 // Prints "ok <calls>" and exits 0, or names the first mismatch and exits 1; ThreadSanitizer
 // itself reports races on stderr (and exits 66 with TSAN_OPTIONS=exitcode=66).
 #include <algorithm>
@@ -161,11 +162,17 @@ struct Sequence {
 // runs a chunk (the chunks reference the caller's stack), then rethrows. On a worker: the
 // exception must reach the caller, once every chunk under way has ended (an exception leaving
 // a worker's thread ends the process). Each worker chunk waits, up to kPatience yields, for
-// the call to have returned: a call that returned early finds that chunk still running. Run
-// on a fresh pool (threads - 1 workers for `threads` chunks, so the caller gets one).
+// the call to have returned: a call that returned early finds that chunk still running. The
+// caller's chunk waits, up to 50 * kPatience yields, for a worker to take the other; a try
+// that no worker joined (a worker started for this call may sleep through it) proves nothing
+// and is made again, up to kTries times. The first try runs on a fresh pool (threads - 1
+// workers for `threads` chunks, so the caller gets one).
 constexpr int kPatience = 20000;
+constexpr int kTries = 100;
 
-int64_t throwing_chunk(int64_t threads, bool on_caller) {
+enum class Outcome { kRight, kWrong, kNoWorker };
+
+Outcome throwing_chunk_once(int64_t threads, bool on_caller) {
   const std::thread::id caller = std::this_thread::get_id();
   std::atomic<int64_t> entered{0}, ended{0};
   std::atomic<bool> worker_in{false}, worker_threw{false}, returned{false};
@@ -191,11 +198,58 @@ int64_t throwing_chunk(int64_t threads, bool on_caller) {
   }
   const int64_t running = entered.load() - ended.load() - (on_caller ? 0 : 1);
   returned = true;
+  if (!worker_in.load() && got == (on_caller ? "caller chunk" : "nothing rethrown"))
+    return Outcome::kNoWorker;
   if (got == (on_caller ? "caller chunk" : "bad_alloc") && running == 0 && worker_in.load())
-    return 0;
+    return Outcome::kRight;
   std::fprintf(stderr, "wrong: a chunk throwing on the %s at %lld threads: %s, %lld running\n",
                on_caller ? "caller" : "worker", static_cast<long long>(threads), got.c_str(),
                static_cast<long long>(running));
+  return Outcome::kWrong;
+}
+
+int64_t throwing_chunk(int64_t threads, bool on_caller) {
+  for (int attempt = 0; attempt < kTries; ++attempt) {
+    const Outcome got = throwing_chunk_once(threads, on_caller);
+    if (got != Outcome::kNoWorker) return got == Outcome::kRight ? 0 : 1;
+  }
+  std::fprintf(stderr, "wrong: no worker took a chunk in %d calls at %lld threads\n", kTries,
+               static_cast<long long>(threads));
+  return 1;
+}
+
+// A noise draw that throws on a worker: the job ends, the process lives, and finish rethrows
+// it on the caller's thread; the queue then draws the next job as before. The caller waits
+// for a worker to take the job (however long: the test's timeout catches one that never does).
+int64_t throwing_draw() {
+  const std::thread::id caller = std::this_thread::get_id();
+  std::atomic<bool> thrown{false};
+  const int64_t t = sw::NoiseQueue::get().submit(4 * sw::NoiseQueue::kChunk, [&](int64_t, int64_t) {
+    if (std::this_thread::get_id() == caller) return;
+    thrown = true;
+    throw std::runtime_error("worker draw");
+  });
+  sw::pool_nudge(4);
+  while (sw::NoiseQueue::get().pending()) {
+    sw::pool_nudge(4);
+    std::this_thread::yield();
+  }
+  std::string got = "nothing rethrown";
+  try {
+    sw::NoiseQueue::get().finish(t);
+  } catch (const std::runtime_error& e) {
+    got = e.what();
+  }
+  std::vector<float> after(3000, -1.0f);  // a job after it is drawn whole
+  const int64_t next = sw::NoiseQueue::get().submit(3000, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) after[i] = static_cast<float>(i);
+  });
+  sw::pool_nudge(4);
+  const bool drawn = sw::NoiseQueue::get().finish(next) &&
+                     std::all_of(after.begin(), after.end(), [&](float f) { return f >= 0; });
+  if (thrown.load() && got == "worker draw" && drawn) return 0;
+  std::fprintf(stderr, "wrong: a noise draw throwing on a worker: thrown %d, %s, next job %s\n",
+               static_cast<int>(thrown.load()), got.c_str(), drawn ? "drawn" : "not drawn");
   return 1;
 }
 
@@ -218,6 +272,7 @@ int main(int argc, char** argv) {
   int64_t thrown = 0;  // first, on a fresh pool (then the pool must work on as before)
   for (int64_t threads : {2, 4})
     for (bool on_caller : {true, false}) thrown += throwing_chunk(threads, on_caller);
+  thrown += throwing_draw();
   std::mt19937 rng(7);
   auto cases = build(rng);
   for (auto& c : cases) {

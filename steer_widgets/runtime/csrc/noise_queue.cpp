@@ -2,6 +2,7 @@
 #include "noise_queue.h"
 
 #include <algorithm>
+#include <exception>
 #include <utility>
 #include <vector>
 
@@ -12,7 +13,9 @@ namespace sw {
 struct NoiseQueue::Job {
   Job(int64_t size, Draw d) : n(size), draw(std::move(d)) {}
 
-  // one more chunk (block: after the one another thread is drawing); false once none is left
+  // one more chunk (block: after the one another thread is drawing); false once none is left.
+  // A chunk that throws ends the job and keeps the exception for finish: on a worker it would
+  // otherwise leave the thread and end the process.
   bool step(bool block, std::atomic<int64_t>& open) {
     std::unique_lock<std::mutex> lock(m, std::defer_lock);
     if (block) {
@@ -22,10 +25,20 @@ struct NoiseQueue::Job {
     }
     if (next >= n) return false;
     const int64_t end = std::min(n, next + kChunk);
-    draw(next, end);
-    next = end;
+    try {
+      draw(next, end);
+      next = end;
+    } catch (...) {
+      error = std::current_exception();
+      next = n;
+    }
     if (next == n) open.fetch_sub(1, std::memory_order_acq_rel);
     return true;
+  }
+
+  std::exception_ptr take_error() {
+    std::lock_guard<std::mutex> lock(m);
+    return std::exchange(error, nullptr);
   }
 
   void cancel(std::atomic<int64_t>& open) {
@@ -48,6 +61,7 @@ struct NoiseQueue::Job {
   const int64_t n;
   Draw draw;  // under m; empty once released
   int64_t next = 0;  // draws made, under m
+  std::exception_ptr error;  // a chunk's, under m; rethrown by finish
   std::mutex m;
 };
 
@@ -81,7 +95,9 @@ bool NoiseQueue::finish(int64_t ticket) {
   if (!job) return false;
   while (job->step(true, open_)) {
   }
+  const std::exception_ptr error = job->take_error();
   job->release();  // freed here, on the caller's thread
+  if (error) std::rethrow_exception(error);
   return true;
 }
 

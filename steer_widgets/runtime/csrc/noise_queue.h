@@ -31,7 +31,8 @@ class NoiseQueue {
 
   // the job's remaining chunks drawn on the calling thread (after a chunk another thread is
   // drawing), then forgotten; false for an unknown ticket (finished, cancelled, or begun in
-  // a parent process)
+  // a parent process). A chunk that threw, on whichever thread, ended the job: its exception
+  // is rethrown here.
   bool finish(int64_t ticket);
 
   // the job dropped where it stands; a chunk being drawn elsewhere ends first
