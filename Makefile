@@ -41,8 +41,8 @@ lab: install
 	$(BIN)/jupyter lab --ip=127.0.0.1 $(ROOT_OK) notebooks/quickstart.ipynb
 
 # Two pytest-xdist workers with one torch thread each: almost every test computes on one
-# thread, so one process leaves a second core idle (a fresh clone's tests took 30 min in one
-# process, 19.5 in two, 2026-12-04); more threads per process would oversubscribe the cores
+# thread, so one process leaves a second core idle (fresh-clone times before and after:
+# docs/install.md); more threads per process would oversubscribe the cores
 # the browser tests' kernels need. `--dist loadfile` keeps each file on one worker: a
 # notebook's cells run in order in one kernel, and a file's module fixtures (a JupyterLab, a
 # server, an exported page) start once. TEST_WORKERS=0 runs everything in one process.

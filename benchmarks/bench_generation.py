@@ -105,11 +105,12 @@ def run() -> dict:
     hf = AutoModelForCausalLM.from_pretrained(default_model_dir(), dtype=torch.float32).eval()
     ids = list(engine.tokenizer.encode(CHAT).ids)
     ours_ids, hf_ids, quant_ids = _ours(engine, ids), _hf(hf, ids), _ours(qengine, ids)
-    ours_s, quant_s = best_of(lambda: _ours(engine, ids)), best_of(lambda: _ours(qengine, ids))
-    quant_thread_s = _on_a_thread(lambda: best_of(lambda: _ours(qengine, ids)))
+    ours_s = best_of(lambda: _ours(engine, ids))
     runs = [timed_run(lambda: _ours(qengine, ids), qengine.model.runtime) for _ in range(3)]
+    quant_s = min(wall for wall, _ in runs)  # best of 3, as best_of
     quant_decode_s = min(decode for _, decode in runs)  # the N_NEW - 1 steps after the prefill
     quant_prefill_s = min(wall - decode for wall, decode in runs)
+    quant_thread_s = _on_a_thread(lambda: best_of(lambda: _ours(qengine, ids)))
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the other thread count, for the record (docs/benchmarks.md)
     ours_1t_s = best_of(lambda: _ours(engine, ids))

@@ -4,11 +4,11 @@
 default model's widths (float32 and GGUF-quantized products of 1 to 13 rows and 16 to 4,096
 columns, causal attention of 1 to 9 positions over 1 to 300 keys, ragged decode steps of 1 to 16
 cache rows at positions of their own, RMSNorm, rotary, queued sampling noise),
-computes every call's result at one thread (a ragged step's: its rows decoded one at a time,
-so it is checked against the solo runs, not against itself), then makes every call once at ``--threads`` and
-``--rounds`` rounds of 64 calls in a random order, and prints one JSON line: calls and wrong
-results per op. The work is counted, not timed, so a slower machine runs the same calls longer
-rather than fewer of them (every op is always drawn: the first round is every call once).
+computes every call's result at one thread (a ragged step's: its rows decoded one at a
+time, so it is checked against the solo runs, not against itself), then makes every call once
+at ``--threads`` and ``--rounds`` rounds of 64 calls in a random order, and prints one JSON
+line: calls and wrong results per op. The work is counted, not timed, so a slower machine
+runs the same calls longer rather than fewer of them (every op is always drawn: the first round is every call once).
 Calls of few and of many column blocks alternate, so the pool's workers keep meeting calls
 they take no part in, the window where a pool can race. A crash is the process dying: run
 it in a subprocess (``tests/test_kernel_threads.py`` does, at 1-16 threads).

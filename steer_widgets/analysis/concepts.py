@@ -366,11 +366,10 @@ class Concepts:
         chosen = list(checks.sequence("sources", sources))
         if not chosen:
             raise RequestError("sources", "must name at least one SAE")
-        saes, widths = self.engine.saes, self.engine.model.runtime.hook_widths()
         for i, s in enumerate(chosen):
             checks.text(f"sources[{i}]", s)
-            hook = saes.config(s).hook_name
-            if saes.config(s).d_in != widths.get(hook):
+            if not self._reads_whole_hook(s):
+                hook = self.engine.saes.config(s).hook_name
                 raise RequestError(
                     f"sources[{i}]",
                     f"{s} reads one head's slice of {hook}: no concept direction to compare "
@@ -381,11 +380,12 @@ class Concepts:
     def _whole_hook_sources(self) -> list[str]:
         """The SAEs that read their whole hook (not one head's slice): the ones a concept
         direction at the hook can be compared with."""
-        saes = self.engine.saes
-        widths = self.engine.model.runtime.hook_widths()
-        return [
-            s for s in saes.sources() if saes.config(s).d_in == widths.get(saes.config(s).hook_name)
-        ]
+        return [s for s in self.engine.saes.sources() if self._reads_whole_hook(s)]
+
+    def _reads_whole_hook(self, source: str) -> bool:
+        """Whether ``source`` reads its whole hook (a SourceError names an unknown one)."""
+        cfg = self.engine.saes.config(source)
+        return cfg.d_in == self.engine.model.runtime.hook_widths().get(cfg.hook_name)
 
     # -- the public tools ------------------------------------------------------------------
     def shares(self) -> Shares:
