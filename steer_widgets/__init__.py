@@ -18,6 +18,7 @@ from .errors import (
 )
 from .runtime.model import DEFAULT_MODEL, load_model
 from .sae.store import SAEStore
+from .steering.conditions import Condition, When
 from .steering.generation import Sampling, TokenProb
 from .steering.requests import METHODS, TYPES, Feature, SteerRequest, Vector
 from .steering.results import Completion, Frame, SteerResult
@@ -37,6 +38,7 @@ __all__ = [
     "METHODS",
     "TYPES",
     "Completion",
+    "Condition",
     "ConceptFeatures",
     "Engine",
     "Evaluation",
@@ -56,6 +58,7 @@ __all__ = [
     "VectorModelMismatch",
     "VectorUnsupported",
     "VectorWarning",
+    "When",
     "load_model",
     "load_vectors",
     "presets",

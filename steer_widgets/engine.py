@@ -19,6 +19,7 @@ from . import checks
 from .analysis.activations import FeatureActivations, ResidualCache, Text, TopFeatures, TopPerToken
 from .analysis.concept_features import ConceptFeatures
 from .analysis.concepts import PROMPT_MULTIPLIER, Concepts, FeatureMatches
+from .analysis.condition_scores import ConditionScores
 from .analysis.evaluation import Evaluation
 from .analysis.text import Analysis
 from .checks import public_methods
@@ -29,13 +30,17 @@ from .sae.feature_index import FeatureIndex
 from .sae.hook_view import centres_writes
 from .sae.store import DEFAULT_BUDGET, SAEStore, check_locations
 from .steering.batch import plan_batch
+from .steering.conditions import When
 from .steering.decoder import Decoder, Transcript
+from .steering.gates import Resolved
+from .steering.gates import resolve as resolve_gates
 from .steering.generation import Row, Sampling
 from .steering.requests import (
     Plan,
     SteerRequest,
     Vector,
     build_plan,
+    output_multipliers,
     resolve_directions,
     sample_seeds,
     unsteered,
@@ -89,6 +94,7 @@ class Engine:
             for location in saes:
                 self.saes.add(location)
         self._analysis = Analysis(self.model, self.saes)
+        self._condition_scores = ConditionScores(self._analysis)
         stops = {self.tokenizer.eos_id, *getattr(self.model, "stop_ids", ())}
         self.stop_ids = frozenset(stops - {None})
         self.decoder = Decoder(runtime, self.tokenizer, self.stop_ids)
@@ -242,7 +248,8 @@ class Engine:
         prompt = self._encode(request)
         request.sampling.validate(runtime.cfg.max_context - len(prompt.ids))
         directions = resolve_directions(request, self.saes, runtime.hook_widths())
-        return prompt, build_plan(request, directions, prompt.special)
+        gated = self._gates(request, directions, prompt)
+        return prompt, build_plan(request, directions, prompt.special, gated)
 
     def vectors(self, request: SteerRequest | Mapping) -> list[Vector]:
         """What the STEERED output of ``request`` adds, as plain ``Vector``s at their hooks:
@@ -393,6 +400,14 @@ class Engine:
         layer). ``examples``: texts about the named concept to read it from instead."""
         return self.concepts.features(concept, k, sources, examples)
 
+    def condition_threshold(self, when: When, positive: Sequence, negative: Sequence):
+        """``when`` with the threshold that best tells ``positive`` texts (or chats) from
+        ``negative`` ones, by F1, as a ``ThresholdFit`` (``.when``, ``.threshold``,
+        ``.precision``, ``.recall``): a prompt-scope condition decides once per text, a
+        token-scope one counts a text where its gate would turn on anywhere. ``when`` gives
+        the direction (``above=`` or ``below=``, any value) and everything else."""
+        return self._condition_scores.fit_threshold(when, positive, negative)
+
     def decompose(self, vector: Vector | Tensor, source: str, n: int = 10) -> FeatureMatches:
         """The features of ``source`` that best explain ``vector`` (greedy matching pursuit;
         ``score`` is each feature's share of the vector's length)."""
@@ -462,6 +477,22 @@ class Engine:
                 raise err.under(f"requests[{name!r}]") from None
         return reqs, plans
 
+    def _gates(self, request: SteerRequest, directions, prompt: EncodedPrompt) -> Resolved | None:
+        """The request's conditions resolved on this model (``None`` without any): every
+        check before any decoding, prompt-scope decisions taken from unsteered passes."""
+        if all(m is None for m in output_multipliers(request).values()):
+            return None  # nothing steers
+        own = {f"features[{i}]": f.when for i, f in enumerate(request.features)}
+        own |= {f"vectors[{i}]": v.when for i, v in enumerate(request.vectors)}
+        scores = self._condition_scores
+        return resolve_gates(
+            request.when,
+            {d.entry: (own[d.entry], d.hook) for d in directions},
+            scores.measure,
+            lambda when, field: scores.decide(when, field, prompt.ids, prompt.special),
+            zero_first=bool(prompt.ids) and prompt.ids[0] == self.tokenizer.bos_id,
+        )
+
     def _encode(self, request: SteerRequest) -> EncodedPrompt:
         return self.tokenizer.encode(request.prompt, self.model.runtime.cfg.max_context - 1)
 
@@ -486,11 +517,11 @@ class Engine:
             got.add(step_out)
             for r, label in enumerate(labels):
                 stop = "eos" if step_out.done[r] else ""
-                outputs[label] = decoder.completion(got.ids[r], stop, got.probs[r])
+                outputs[label] = decoder.completion(got.ids[r], stop, got.probs[r], rows[r].gates)
             yield Frame(ordered(outputs, plan.labels), step)
         wanted = request.sampling.n_completion_tokens
         for r, label in enumerate(labels):  # complete or "cancelled": decoder.final's rule
-            outputs[label] = decoder.final(got.ids[r], wanted, got.probs[r])
+            outputs[label] = decoder.final(got.ids[r], wanted, got.probs[r], rows[r].gates)
         if "DEFAULT" in labels:  # kept only if complete
             decoder.remember_default(prompt.ids, request.sampling, outputs["DEFAULT"])
         yield Frame(ordered(outputs, plan.labels), step, done=True)

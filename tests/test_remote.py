@@ -222,6 +222,10 @@ def test_what_the_server_cannot_serve_is_refused_before_any_request(remote):
         "vectors[0].hook": base.with_(
             vectors=[sw.Vector(torch.ones(576), "blocks.2.ln1.hook_normalized")]
         ),
+        "when": base.with_(when=sw.When.tokens(2)),
+        "features[0].when": base.with_(
+            features=[sw.Feature("10-smollm2-res-4k", 1, 10.0, when=sw.When.tokens(2))]
+        ),
     }
     for field, request in refused.items():
         with pytest.raises(sw.RequestError) as info:

@@ -1,6 +1,7 @@
 """Exactness at the thread counts users have (1, 2, 4 and 8; this machine has 2 cores, so 4
 and 8 are oversubscribed): results computed at N threads equal the references computed at
-one thread, bit for bit and token for token. Rows of a batch equal their solo runs, the
+one thread, bit for bit and token for token. Rows of a batch equal their solo runs (a
+conditional steering's too), the
 quantized default model's logits equal its float32 copy's, a shared prefill equals each row
 computed whole, queued noise equals ``exponential_``, evaluate's rows equal solo steers.
 
@@ -38,6 +39,9 @@ def requests(sources: list[str]) -> list[sw.SteerRequest]:
         sw.SteerRequest(CHAT, features=[sw.Feature(early, 5, 40.0), sw.Feature(late, 3, 30.0)],
                         steer_method="ORTHOGONAL_DECOMP", steer_special_tokens=False,
                         prompt_multiplier=2.0, n_completion_tokens=10, temperature=0.0),
+        sw.SteerRequest(CHAT, features=[sw.Feature(middle, 11, 40.0)], sweep=(2.0,),
+                        when=sw.When(sw.Feature(early, 3187), above=5.0) | sw.When.tokens(6, 9),
+                        n_completion_tokens=10, temperature=0.8, seed=4),
     ]  # fmt: skip
 
 

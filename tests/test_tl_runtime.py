@@ -97,3 +97,25 @@ def test_a_ragged_batch_equals_each_request_alone(tl_engine, sources):
             solo = tl_engine.steer(request.with_(types=(label,))).outputs[label]
             assert solo.token_ids == completion.token_ids, (name, label)
             assert solo.token_probs == completion.token_probs, (name, label)
+
+
+def test_conditions_gate_on_transformer_lens_too(tl_engine, sources):
+    """Conditions are hooks like any steering: nowhere is DEFAULT, everywhere is the
+    unconditional steering, and a token gate follows the feature's values."""
+    base = sw.SteerRequest(
+        "I think that", features=[sw.Feature(sources[1], 11, 80.0)], n_completion_tokens=5,
+        temperature=0.0,
+    )  # fmt: skip
+    tl_engine.clear_caches()
+    plain = tl_engine.steer(base).outputs
+    never = sw.When(sw.Feature(sources[0], 3187), above=1e6)
+    for when, want in ((never, plain["DEFAULT"]), (~never, plain["STEERED"])):
+        got = tl_engine.steer(base.with_(when=when, types=("STEERED",))).outputs["STEERED"]
+        assert got == want and got.token_probs == want.token_probs
+    real = sw.When(sw.Feature(sources[0], 3187), above=5.0)
+    out = tl_engine.steer(base.with_(when=real, types=("STEERED",))).outputs["STEERED"]
+    values = tl_engine.feature_values(tl_engine.text(base.prompt, out), sources[0], 3187)
+    gate = out.gates["features[0]"]
+    near = [abs(float(v) - 5.0) < 1e-4 for v in values[: len(gate)]]
+    assert all(g == (float(v) > 5.0) or n for g, v, n in zip(gate, values, near, strict=False))
+    assert 0 < sum(gate) < len(gate)

@@ -29,7 +29,7 @@ from ..errors import RequestError
 from ..lru import LRU
 from ..runtime.memory import release_freed_memory
 from ..runtime.protocol import hook_layer
-from ..steering.requests import output_multipliers, resolve_directions
+from ..steering.requests import conditioned, output_multipliers, resolve_directions
 from ..steering.results import SteerResult
 from .attribution import attribute
 from .cases import Case, Hooks, steering_key
@@ -123,6 +123,13 @@ class Explainer:
             )  # fmt: skip
         if not isinstance(label, str) or label not in result.outputs:
             raise RequestError("label", f"{label!r} is not in the result {list(result.outputs)}")
+        gated = conditioned(result.request)
+        if gated:
+            raise RequestError(
+                f"result.request.{gated}",
+                "conditional steering is not explained yet: each token's gate would have to "
+                "enter the attribution; explain the same steering without its condition",
+            )
         prompt, _ = engine.plan(result.request)  # the request must resolve on this engine
         if tuple(prompt.ids) != tuple(result.prompt_ids):
             raise RequestError("result", "its prompt tokens differ from this engine's")

@@ -45,6 +45,7 @@ from ..steering.requests import (
     Direction,
     Plan,
     SteerRequest,
+    conditioned,
     resolve_directions,
     sample_seeds,
     unsteered,
@@ -222,6 +223,13 @@ class RemoteEngine(Engine, kind="remote"):
     def plan(self, request: SteerRequest) -> tuple[EncodedPrompt, Plan]:
         """The local validation, then what this server cannot serve exactly, before any
         request is sent."""
+        gated = conditioned(request)  # before the local plan reads a prompt-scope one
+        if gated:
+            raise RemoteUnsupported(
+                gated,
+                "conditional steering needs each position's gate inside the forward pass, "
+                "which interp-engine's /v1/generate does not take; run it on a local engine",
+            )
         prompt, plan = super().plan(request)
         steers = any(label != "DEFAULT" for label in plan.labels)
         if steers and not self.hooks_available:

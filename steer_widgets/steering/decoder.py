@@ -25,6 +25,7 @@ from torch import Tensor
 from ..lru import LRU
 from ..runtime.protocol import Hook, Runtime
 from .cancel import Runs
+from .gates import RowGates
 from .generation import Row, Sampling, Step, TokenProb, decode
 from .results import Completion, final_stop
 
@@ -120,28 +121,38 @@ class Decoder:
         for step in self.rows(prompt_ids, rows, sampling, cancel):
             transcript.add(step)
         return [
-            self.final(ids, (row.sampling or sampling).n_completion_tokens, probs)
+            self.final(ids, (row.sampling or sampling).n_completion_tokens, probs, row.gates)
             for row, ids, probs in zip(rows, transcript.ids, transcript.probs, strict=True)
         ]
 
     def final(
-        self, ids: Sequence[int], wanted: int, probs: Sequence[TokenProb] | None = None
+        self,
+        ids: Sequence[int],
+        wanted: int,
+        probs: Sequence[TokenProb] | None = None,
+        gates: RowGates | None = None,
     ) -> Completion:
         """A row that stopped decoding as a ``Completion``, its stop by the one rule
         (``results.final_stop``): "eos", "length" at ``wanted`` tokens, else "cancelled"."""
-        return self.completion(ids, final_stop(ids, wanted, self.stop_ids), probs)
+        return self.completion(ids, final_stop(ids, wanted, self.stop_ids), probs, gates)
 
     def complete(self, ids: Sequence[int], wanted: int) -> bool:
         """Whether a row with these tokens has ended complete (``results.final_stop``)."""
         return final_stop(ids, wanted, self.stop_ids) != "cancelled"
 
     def completion(
-        self, ids: Sequence[int], stop: str, probs: Sequence[TokenProb] | None = None
+        self,
+        ids: Sequence[int],
+        stop: str,
+        probs: Sequence[TokenProb] | None = None,
+        gates: RowGates | None = None,
     ) -> Completion:
-        """A row's tokens as a ``Completion`` (stop tokens kept in ids, not in the text)."""
+        """A row's tokens as a ``Completion`` (stop tokens kept in ids, not in the text),
+        with its gates' log where its steering is conditional."""
         text_ids = [i for i in ids if i not in self.stop_ids]
         token_probs = tuple(probs) if probs is not None else None
-        return Completion(self.tokenizer.decode(text_ids), tuple(ids), stop, token_probs)
+        log = None if gates is None else gates.log()
+        return Completion(self.tokenizer.decode(text_ids), tuple(ids), stop, token_probs, log)
 
     def logprobs(
         self, ids: Sequence[int], n: int, hooks: Mapping[str, Hook] | None = None

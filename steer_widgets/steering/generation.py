@@ -26,6 +26,7 @@ import threading
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -35,6 +36,9 @@ from .. import checks
 from ..errors import ArgumentError, RequestError
 from ..runtime import native
 from ..runtime.protocol import Hook, Runtime, Start, hook_layer
+
+if TYPE_CHECKING:
+    from .gates import RowGates
 
 RowOp = Callable[[Tensor, int], Tensor]  # (x [1, T, d] of one row, start position) -> new x
 TOP_K = 5  # alternatives recorded per generated position
@@ -127,7 +131,8 @@ class Row:
     that row's prompt and number of new tokens.
 
     ``prompt_ids`` and ``sampling``: the row's own prompt and settings in a ragged batch
-    (``None``: the decode's).
+    (``None``: the decode's). ``gates``: where its conditional steering was on, per
+    position, written by its ops as they run.
     """
 
     ops: Mapping[str, RowOp] = field(default_factory=dict)
@@ -135,6 +140,7 @@ class Row:
     follow: int | None = None
     prompt_ids: tuple[int, ...] | None = None
     sampling: Sampling | None = None
+    gates: RowGates | None = None  # its conditions' state and log (``gates.py``)
 
     def on(self, prompt_ids: Sequence[int] | None, sampling: Sampling | None) -> Row:
         """This row with its prompt and sampling filled in from the decode's defaults."""

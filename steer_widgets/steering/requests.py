@@ -27,7 +27,10 @@ from .. import checks
 from ..checks import public_methods
 from ..errors import ArgumentError, RequestError, SourceError
 from ..runtime.tokens import check_prompt
-from .generation import DEFAULT_SAMPLING, Row, Sampling, check_sampling_keys
+from . import conditions
+from .entries import Condition, Feature, Vector
+from .gates import Resolved, RowGates
+from .generation import DEFAULT_SAMPLING, Row, RowOp, Sampling, check_sampling_keys
 
 if TYPE_CHECKING:
     from ..sae.store import SAEStore
@@ -36,26 +39,6 @@ if TYPE_CHECKING:
 TYPES = ("DEFAULT", "STEERED")
 METHODS = ("SIMPLE_ADDITIVE", "ORTHOGONAL_DECOMP", "PROJECTION_CAP")
 SteerMethod = Literal["SIMPLE_ADDITIVE", "ORTHOGONAL_DECOMP", "PROJECTION_CAP"]
-
-
-@public_methods
-@dataclass(frozen=True)
-class Feature:
-    """An SAE feature: ``source`` names the SAE (e.g. ``10-smollm2-res-4k``)."""
-
-    source: str
-    index: int
-    strength: float = 40.0
-
-
-@public_methods
-@dataclass(frozen=True)
-class Vector:
-    """A custom steering direction added at ``hook`` (a TransformerLens hook name)."""
-
-    vector: Tensor | Sequence[float]
-    hook: str
-    strength: float = 1.0
 
 
 @public_methods
@@ -82,6 +65,7 @@ class SteerRequest:
     freq_penalty: float = DEFAULT_SAMPLING.freq_penalty
     seed: int = DEFAULT_SAMPLING.seed
     sweep: Sequence[float] = ()  # extra STEERED rows at these strength multipliers
+    when: Condition | None = None  # steer only where this holds (sw.When); entries add theirs
 
     @property
     def sampling(self) -> Sampling:
@@ -99,12 +83,18 @@ class SteerRequest:
         d["prompt"] = (
             self.prompt if isinstance(self.prompt, str) else [dict(m) for m in self.prompt]
         )
-        d["features"] = [vars(f).copy() for f in self.features]
+        d["features"] = [
+            _with_when({"source": f.source, "index": f.index, "strength": f.strength}, f.when)
+            for f in self.features
+        ]
         d["vectors"] = [
-            {"vector": _as_list(v.vector), "hook": v.hook, "strength": v.strength}
+            _with_when(
+                {"vector": _as_list(v.vector), "hook": v.hook, "strength": v.strength}, v.when
+            )
             for v in self.vectors
         ]
         d["types"], d["sweep"] = list(self.types), list(self.sweep)
+        d["when"] = conditions.record(self.when)
         return d
 
     @classmethod
@@ -119,7 +109,7 @@ class SteerRequest:
             raise RequestError("prompt", "is missing from the record")
         known = dict(d)
         known["features"] = tuple(
-            Feature(**_entry(f"features[{i}]", f, ("source", "index"), ("strength",)))
+            _feature_from_dict(i, f)
             for i, f in enumerate(checks.sequence("features", d.get("features", ())))
         )
         known["vectors"] = tuple(
@@ -129,7 +119,21 @@ class SteerRequest:
         for key in ("types", "sweep"):
             if key in known:
                 known[key] = tuple(checks.sequence(key, known[key]))
+        if known.get("when") is not None:
+            known["when"] = conditions.from_record(known["when"], "when")
         return cls(**known)
+
+
+def conditioned(request: SteerRequest) -> str | None:
+    """The first field of ``request`` that holds a condition (``when``, ``features[0].when``),
+    or ``None``: for the tools that cannot apply one and refuse it by name."""
+    if request.when is not None:
+        return "when"
+    for name, entries in (("features", request.features), ("vectors", request.vectors)):
+        for i, entry in enumerate(entries):
+            if getattr(entry, "when", None) is not None:  # checked or not
+                return f"{name}[{i}].when"
+    return None
 
 
 def unsteered(prompt, sampling: Mapping) -> SteerRequest:
@@ -161,13 +165,32 @@ def _entry(name: str, value, required: tuple[str, ...], optional: tuple[str, ...
     return dict(value)
 
 
+def _feature_from_dict(i: int, f) -> Feature:
+    kw = _entry(f"features[{i}]", f, ("source", "index"), ("strength", "when"))
+    return Feature(**_when_from_dict(kw, f"features[{i}].when"))
+
+
 def _vector_from_dict(i: int, v) -> Vector:
-    kw = _entry(f"vectors[{i}]", v, ("vector", "hook"), ("strength",))
+    kw = _entry(f"vectors[{i}]", v, ("vector", "hook"), ("strength", "when"))
     try:
         kw["vector"] = torch.tensor(kw["vector"], dtype=torch.float32)
     except (TypeError, ValueError, RuntimeError) as err:
         raise RequestError(f"vectors[{i}].vector", f"is not a list of numbers: {err}") from None
-    return Vector(**kw)
+    return Vector(**_when_from_dict(kw, f"vectors[{i}].when"))
+
+
+def _when_from_dict(kw: dict, field: str) -> dict:
+    if kw.get("when") is not None:
+        kw["when"] = conditions.from_record(kw["when"], field)
+    return kw
+
+
+def _with_when(entry: dict, when: Condition | None) -> dict:
+    """An entry's record, with its condition only where it has one (older records read
+    the same)."""
+    if when is not None:
+        entry["when"] = when.to_dict()
+    return entry
 
 
 def sweep_label(multiplier: float) -> str:
@@ -189,6 +212,7 @@ class Direction:
     strength: float
     field: str = "vectors"  # the request field it came from, for errors about it
     centred: bool = False
+    entry: str = ""  # the entry it steers for (``features[0]``), the key of its gate
 
 
 @dataclass(frozen=True)
@@ -228,9 +252,13 @@ def output_multipliers(request: SteerRequest) -> dict[str, float | None]:
 
 
 def build_plan(
-    request: SteerRequest, directions: Sequence[Direction], special: Sequence[bool]
+    request: SteerRequest,
+    directions: Sequence[Direction],
+    special: Sequence[bool],
+    gated: Resolved | None = None,
 ) -> Plan:
-    """The rows of a validated request; ``special`` flags the prompt's special tokens."""
+    """The rows of a validated request; ``special`` flags the prompt's special tokens and
+    ``gated`` holds its resolved conditions (each steered row gets its own state)."""
     check_combinable(request.steer_method, directions)
     unsteered = special if not request.steer_special_tokens else [False] * len(special)
     prompt = PromptPositions(
@@ -241,11 +269,28 @@ def build_plan(
         by_hook.setdefault(d.hook, []).append(d)
     plan = Plan()
     for label, mult in output_multipliers(request).items():
-        ops = {}
-        if mult is not None:
-            ops = {h: row_op(request.steer_method, ds, mult, prompt) for h, ds in by_hook.items()}
-        plan.outputs.append(PlannedRow(label, mult, Row(ops)))
+        if mult is None:
+            plan.outputs.append(PlannedRow(label, mult, Row()))
+            continue
+        gates = None if gated is None else gated.row(len(special))
+        ops = {
+            h: row_op(request.steer_method, ds, mult, prompt, gates) for h, ds in by_hook.items()
+        }
+        for h in gated.hooks if gated is not None else ():
+            ops[h] = _reading(gates, h, ops.get(h))
+        plan.outputs.append(PlannedRow(label, mult, Row(ops, gates=gates)))
     return plan
+
+
+def _reading(gates: RowGates, hook: str, op: RowOp | None) -> RowOp:
+    """The row's op at ``hook`` after its conditions read their scores there (before any
+    steering at the hook)."""
+
+    def read_then_steer(x: Tensor, start: int) -> Tensor:
+        gates.read(hook, x, start)
+        return x if op is None else op(x, start)
+
+    return read_then_steer
 
 
 def resolve_directions(
@@ -262,7 +307,14 @@ def resolve_directions(
         if request.normalize_steering:
             vec = unit(vec, f"features[{i}]")
         out.append(
-            Direction(cfg.hook_name, vec, float(f.strength), f"features[{i}]", cfg.view.centre)
+            Direction(
+                cfg.hook_name,
+                vec,
+                float(f.strength),
+                f"features[{i}]",
+                cfg.view.centre,
+                f"features[{i}]",
+            )  # fmt: skip
         )
     for i, v in enumerate(request.vectors):
         out.append(_vector_direction(i, v, hook_widths, request.normalize_steering))
@@ -291,7 +343,7 @@ def _vector_direction(i: int, v: Vector, widths: Mapping[str, int], normalize: b
         )
     if normalize:
         vec = unit(vec, f"vectors[{i}].vector")
-    return Direction(v.hook, vec, float(v.strength), f"vectors[{i}].vector")
+    return Direction(v.hook, vec, float(v.strength), f"vectors[{i}].vector", entry=f"vectors[{i}]")
 
 
 def validate_shape(request: SteerRequest) -> None:
@@ -317,6 +369,8 @@ def validate_shape(request: SteerRequest) -> None:
     _check_features(request.features)
     _check_vectors(request.vectors)
     _check_sweep(request.sweep)
+    if request.when is not None:
+        conditions.check(request.when, "when")
     steers = "STEERED" in types or request.sweep
     if steers and not (request.features or request.vectors):
         raise RequestError("features", "STEERED needs at least one feature or vector")
@@ -329,6 +383,8 @@ def _check_features(features) -> None:
         checks.text(f"features[{i}].source", f.source)
         checks.integer(f"features[{i}].index", f.index, lo=0)
         checks.number(f"features[{i}].strength", f.strength)
+        if f.when is not None:
+            conditions.check(f.when, f"features[{i}].when")
 
 
 def _check_vectors(vectors) -> None:
@@ -340,6 +396,8 @@ def _check_vectors(vectors) -> None:
         if v.vector is None or isinstance(v.vector, (str, bytes)):
             got = f"got {v.vector!r}"
             raise RequestError(f"vectors[{i}].vector", f"must be a list of numbers, {got}")
+        if v.when is not None:
+            conditions.check(v.when, f"vectors[{i}].when")
 
 
 def _check_sweep(sweep) -> None:
@@ -395,22 +453,30 @@ def row_op(
     directions: Sequence[Direction],
     multiplier: float,
     prompt: PromptPositions | None = None,
-):
+    gates: RowGates | None = None,
+) -> RowOp:
     """The per-row intervention for one hook: every direction at that hook, in order.
-    ``prompt=None`` steers every position with the plain coefficient."""
+    ``prompt=None`` steers every position with the plain coefficient. A direction whose
+    entry is gated is selected per position (``torch.where``) between the residual it
+    steers and the one it was given: where the gate is off, nothing changes."""
     coefs = [multiplier * d.strength for d in directions]
     units = [unit(d.vector, d.field) for d in directions] if method != "SIMPLE_ADDITIVE" else None
+    gated = set() if gates is None else set(gates.resolved.entries)
 
-    def steer(x: Tensor, scale: float | Tensor) -> Tensor:
+    def steer(x: Tensor, scale: float | Tensor, start: int) -> Tensor:
         new = x
         for i, d in enumerate(directions):
             c = coefs[i] * scale
-            new = _apply(method, new, d.vector, units[i] if units else None, c, d.centred)
+            stepped = _apply(method, new, d.vector, units[i] if units else None, c, d.centred)
+            if d.entry in gated:
+                on = gates.mask(d.entry, start, x.shape[1]).to(x.device)
+                stepped = torch.where(on.view(1, -1, *[1] * (x.dim() - 2)), stepped, new)
+            new = stepped
         return new
 
     def op(x: Tensor, start: int) -> Tensor:
         if prompt is None or prompt.plain_from(start):
-            return steer(x, 1.0)
+            return steer(x, 1.0, start)
         pos = torch.arange(start, start + x.shape[1])
         in_prompt = pos < len(prompt.unsteered)
         scale: float | Tensor = 1.0  # a mask alone keeps the plain coefficient's arithmetic
@@ -418,7 +484,7 @@ def row_op(
             scale = torch.where(in_prompt, prompt.multiplier, 1.0).to(x.device)[None, :, None]
         keep = in_prompt & prompt.unsteered[pos.clamp(max=len(prompt.unsteered) - 1)]
         keep = keep.to(x.device).view(1, -1, *[1] * (x.dim() - 2))  # hook_z is [B, T, H, d]
-        return torch.where(keep, x, steer(x, scale))
+        return torch.where(keep, x, steer(x, scale, start))
 
     return op
 

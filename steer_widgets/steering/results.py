@@ -34,12 +34,20 @@ class Completion:
     alternatives under the model's distribution before temperature and frequency penalty),
     or is ``None`` where the backend cannot supply them (remote engines). Two completions
     are equal when their text, tokens and stop are: the probabilities are not compared.
+
+    ``gates``: for conditional steering (``sw.When``), each gated entry (``features[0]``,
+    ``vectors[1]``) and whether it steered at each position the model ran, prompt first
+    (``gates[entry][len(prompt_ids) + k]`` is generated token ``k``'s own position; the
+    last generated token is never run, so it has none). Not compared either: two
+    completions with the same tokens are equal however they were steered, so a condition
+    that never held leaves a completion equal to DEFAULT's.
     """
 
     text: str
     token_ids: tuple[int, ...]
     stop: str = ""
     token_probs: tuple[TokenProb, ...] | None = field(default=None, compare=False, repr=False)
+    gates: Mapping[str, tuple[bool, ...]] | None = field(default=None, compare=False, repr=False)
 
     @property
     def complete(self) -> bool:
@@ -81,10 +89,7 @@ class SteerResult:
 
         record = {
             "request": self.request.to_dict(),
-            "outputs": {
-                k: {"text": c.text, "token_ids": list(c.token_ids), "stop": c.stop}
-                for k, c in self.outputs.items()
-            },
+            "outputs": {k: _output_record(c) for k, c in self.outputs.items()},
             "prompt_ids": list(self.prompt_ids),
             "model": self.model,
             "versions": {"steer_widgets": __version__, "torch": torch.__version__},
@@ -111,6 +116,13 @@ class SteerResult:
                 }
             )
         return pd.DataFrame(rows)
+
+
+def _output_record(c: Completion) -> dict:
+    out = {"text": c.text, "token_ids": list(c.token_ids), "stop": c.stop}
+    if c.gates is not None:
+        out["gates"] = {name: [int(on) for on in values] for name, values in c.gates.items()}
+    return out
 
 
 def as_request(request: SteerRequest | Mapping) -> SteerRequest:

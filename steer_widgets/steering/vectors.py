@@ -30,7 +30,7 @@ from .. import checks
 from ..checks import public
 from ..errors import VectorError, VectorModelMismatch, VectorUnsupported
 from ..runtime.protocol import hook_layer
-from .requests import Direction, SteerRequest, Vector
+from .requests import Direction, SteerRequest, Vector, conditioned
 
 BLOCK_OUTPUT = "hook_resid_post"
 # steering-vectors' layer types that add where one of our hooks is: the output of the
@@ -271,6 +271,13 @@ def request_vectors(request: SteerRequest, directions: Sequence[Direction]) -> V
     """What the STEERED output of ``request`` adds on generated tokens, as plain vectors:
     each direction (decoder row or custom vector, unit length under normalize_steering) at
     strength ``strength_multiplier * strength``, the steer maths' coefficient."""
+    gated = conditioned(request)
+    if gated:
+        raise VectorUnsupported(
+            gated,
+            "is a condition, which no vector file carries: a saved vector would steer "
+            "everywhere (drop the condition to save the steering, or keep the request's record)",
+        )
     if request.steer_method != "SIMPLE_ADDITIVE":
         raise VectorUnsupported(
             "steer_method",

@@ -1,0 +1,299 @@
+"""Conditional steering on the default model: exact where it should be, and as documented.
+
+* The properties, over 300 random conditional requests on 120 random steerings (features
+  and vectors, both scopes, windows, every steer method, ``prompt_multiplier`` 1 and 2,
+  ``steer_special_tokens`` on and off, chat and completion, greedy and sampled): a
+  condition that holds nowhere gives exactly DEFAULT's tokens and probabilities (120), one
+  that holds everywhere exactly the unconditional steering's (120), and conditions that
+  switch (60) decode in ragged batches each equal to its solo run, and replay from their
+  records (20 of them re-run). ``SW_CONDITION_STEERINGS`` scales the 120.
+* The references: a token-scope gate equals ``feature_values`` (or the cosine) of the text
+  generated, thresholded in Python (positions within 1e-4 of the threshold skipped), with
+  and without hysteresis; a prompt-scope decision equals the reduced values of the prompt.
+* Refusals before any work: an unknown source, a token-scope condition read after its
+  steering, a vector file asked to carry a condition.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+
+import pytest
+import torch
+
+import steer_widgets as sw
+from steer_widgets.steering.requests import output_multipliers
+
+COND = "5-smollm2-res-4k"  # conditions are read here, steering comes after
+FREQUENT = [3187, 3707, 2208]  # features of COND that fire on some tokens of most texts
+STEER_SOURCES = ["10-smollm2-res-4k", "12-smollm2-res-4k", "22-smollm2-res-4k"]
+DIR5 = torch.randn(576, generator=torch.Generator().manual_seed(5))
+PROMPTS = [
+    "I think that",
+    "The best thing about the city is",
+    [{"role": "user", "content": "What should I cook tonight?"}],
+    [{"role": "user", "content": "Tell me about the ocean."}],
+]
+N_STEERINGS = int(os.environ.get("SW_CONDITION_STEERINGS", "120"))
+
+
+def _leaf(rng: random.Random) -> sw.Condition:
+    """A condition that holds at some positions of some texts."""
+    kind = rng.randrange(6)
+    if kind == 0:
+        off = {"off_below": 1.0} if rng.random() < 0.5 else {}
+        return sw.When(sw.Feature(COND, rng.choice(FREQUENT)), above=rng.choice([2.0, 5.0]), **off)
+    if kind == 1:
+        return sw.When(
+            sw.Feature(STEER_SOURCES[-1], rng.randrange(4096)), above=0.5, scope="prompt",
+            reduce=rng.choice(["max", "mean", "last"]),
+        )  # fmt: skip
+    if kind == 2:
+        return sw.When(sw.Vector(DIR5, "blocks.5.hook_resid_post"), above=rng.choice([-0.02, 0.02]))
+    if kind == 3:
+        return sw.When(
+            sw.Vector(DIR5, "blocks.6.hook_resid_pre"), below=0.5, measure="projection",
+            scope=rng.choice(["token", "prompt"]),
+        )  # fmt: skip
+    start = rng.randrange(4)
+    return sw.When.tokens(start, start + rng.randrange(1, 6), of=rng.choice(["completion", "all"]))
+
+
+def _real(rng: random.Random, depth: int = 0) -> sw.Condition:
+    if depth >= 2 or rng.random() < 0.5:
+        return _leaf(rng)
+    a, b = _real(rng, depth + 1), _real(rng, depth + 1)
+    return rng.choice([a & b, a | b, ~a])
+
+
+def _never(rng: random.Random) -> sw.Condition:
+    """A condition that holds at no position of any text, in one of several shapes."""
+    kind = rng.randrange(6)
+    if kind == 0:
+        return sw.When(sw.Feature(COND, rng.choice(FREQUENT)), above=1e6)
+    if kind == 1:
+        return sw.When(sw.Vector(DIR5, "blocks.5.hook_resid_post"), above=1.5)  # a cosine
+    if kind == 2:
+        return sw.When.tokens(0, 0, of="all")
+    if kind == 3:
+        return _real(rng) & _never(rng)
+    if kind == 4:
+        return sw.When(sw.Feature(STEER_SOURCES[-1], 3), above=1e6, scope="prompt")
+    return ~_always(rng)
+
+
+def _always(rng: random.Random) -> sw.Condition:
+    kind = rng.randrange(4)
+    if kind == 0:
+        return sw.When(sw.Feature(COND, rng.choice(FREQUENT)), below=1e6)
+    if kind == 1:
+        return sw.When.tokens(of="all")
+    if kind == 2:
+        return _real(rng) | _always(rng)
+    return ~_never(rng)
+
+
+def _base(rng: random.Random, i: int) -> sw.SteerRequest:
+    """A random unconditional request steering at layers 6 and up."""
+    method = rng.choice(sw.METHODS)
+    sources = rng.sample(STEER_SOURCES, rng.randint(1, 2))
+    features = [sw.Feature(s, rng.randrange(4096), rng.choice([30.0, 60.0])) for s in sources]
+    hooks = ["blocks.6.hook_resid_pre", "blocks.15.hook_resid_post"]
+    vectors = [
+        sw.Vector(torch.randn(576, generator=torch.Generator().manual_seed(i)), h, 8.0)
+        for h in rng.sample(hooks, rng.randint(0, 1))
+    ]
+    return sw.SteerRequest(
+        rng.choice(PROMPTS[:3] * 2 + PROMPTS[2:]), features=features, vectors=vectors, steer_method=method,
+        strength_multiplier=rng.choice([1.0, 2.0]), normalize_steering=rng.random() < 0.3,
+        steer_special_tokens=rng.random() < 0.5, prompt_multiplier=rng.choice([1.0, 2.0]),
+        n_completion_tokens=rng.randint(3, 4), temperature=rng.choice([0.0, 0.8]),
+        freq_penalty=rng.choice([0.0, 1.0]), seed=rng.randrange(1000),
+        sweep=(2.0,) if rng.random() < 0.25 else (),
+    )  # fmt: skip
+
+
+def _attach(rng: random.Random, request: sw.SteerRequest, cond: sw.Condition) -> sw.SteerRequest:
+    """``cond`` on the whole request, or on every entry (then it gates each alone)."""
+    if rng.random() < 0.5:
+        return request.with_(when=cond)
+    features = [sw.Feature(f.source, f.index, f.strength, when=cond) for f in request.features]
+    vectors = [sw.Vector(v.vector, v.hook, v.strength, when=cond) for v in request.vectors]
+    return request.with_(features=features, vectors=vectors)
+
+
+def _same(a: sw.Completion, b: sw.Completion) -> bool:
+    """Tokens, stop and every probability recorded, bit for bit."""
+    return a == b and a.token_probs == b.token_probs
+
+
+def _steered(result: sw.SteerResult) -> list[str]:
+    return [k for k, m in output_multipliers(result.request).items() if m is not None]
+
+
+def test_conditions_hold_nowhere_everywhere_batch_solo_replay(engine):
+    rng = random.Random(50)
+    bases = [_base(rng, i) for i in range(N_STEERINGS)]
+    batch: dict[str, sw.SteerRequest] = {}
+    for i, base in enumerate(bases):
+        batch[f"{i}"] = base
+        batch[f"{i}-never"] = _attach(rng, base, _never(rng))
+        batch[f"{i}-always"] = _attach(rng, base, _always(rng))
+        if i % 2 == 0:  # conditions that switch, for batch = solo and replay
+            batch[f"{i}-real"] = _attach(rng, base, _real(rng))
+    engine.clear_caches()
+    results = {}
+    for part in range(0, len(bases), 25):  # 100 requests a batch
+        names = [k for k in batch if int(k.split("-")[0]) in range(part, part + 25)]
+        results.update(engine.steer_batch({k: batch[k] for k in names}))
+    changed = mixed = 0
+    for i in range(len(bases)):
+        plain = results[f"{i}"].outputs
+        for label in _steered(results[f"{i}"]):
+            changed += plain[label] != plain["DEFAULT"]
+            assert _same(results[f"{i}-never"].outputs[label], plain["DEFAULT"]), (i, label)
+            assert _same(results[f"{i}-always"].outputs[label], plain[label]), (i, label)
+            assert not any(any(g) for g in results[f"{i}-never"].outputs[label].gates.values())
+            if f"{i}-real" in results:
+                logs = results[f"{i}-real"].outputs[label].gates.values()
+                mixed += any(0 < sum(g) < len(g) for g in logs)
+    print(f"steered differently: {changed}; gates that switched: {mixed}")
+    assert changed > N_STEERINGS * 0.4, changed  # steering that did nothing would prove nothing
+    assert mixed > N_STEERINGS * 0.15, mixed  # conditions that never switch would prove little
+    for i in range(0, len(bases), 6):  # batch = solo and replay = original: every third
+        key = f"{i}-real"
+        solo = engine.steer(batch[key])
+        replay = engine.steer(results[key].to_dict())
+        for label, out in results[key].outputs.items():
+            assert _same(solo.outputs[label], out) and solo.outputs[label].gates == out.gates
+            assert _same(replay.outputs[label], out) and replay.outputs[label].gates == out.gates
+
+
+def _gated_run(engine, when, n=24, prompt=PROMPTS[2], entries=1):
+    features = [sw.Feature(STEER_SOURCES[0], 100 + k, 30.0) for k in range(entries)]
+    request = sw.SteerRequest(
+        prompt, features=features, when=when, types=("STEERED",),
+        n_completion_tokens=n, temperature=0.8, seed=7,
+    )  # fmt: skip
+    out = engine.steer(request).outputs["STEERED"]
+    return out, engine.text(prompt, out)
+
+
+def _agree(gate, values, above, off_below=None) -> int:
+    """Check ``gate`` against ``values`` thresholded here (hysteresis if ``off_below``);
+    positions within 1e-4 of a threshold are skipped. Returns the positions compared."""
+    compared, was = 0, False
+    for p, on in enumerate(gate):
+        v = float(values[p])
+        want = (v >= off_below if was else v > above) if off_below is not None else v > above
+        near = [t for t in (above, off_below) if t is not None and abs(v - t) < 1e-4]
+        if not near:
+            assert on == want, (p, v, on)
+            compared += 1
+        was = on if off_below is not None else was
+    return compared
+
+
+def test_a_token_gate_equals_feature_values_thresholded(engine):
+    for index, above in [(3187, 5.0), (3707, 2.0)]:
+        out, text = _gated_run(engine, sw.When(sw.Feature(COND, index), above=above), entries=2)
+        gates = out.gates
+        assert gates["features[0]"] == gates["features[1]"]  # one request condition
+        gate = gates["features[0]"]
+        assert len(gate) == len(text.ids) - 1  # the last token is never run
+        values = engine.feature_values(text, COND, index)
+        assert _agree(gate, values, above) >= len(gate) - 2
+        assert 0 < sum(gate) < len(gate)
+
+
+def test_hysteresis_holds_the_gate_until_the_score_falls(engine):
+    when = sw.When(sw.Feature(COND, 3187), above=8.0, off_below=2.0)
+    out, text = _gated_run(engine, when)
+    gate = out.gates["features[0]"]
+    values = engine.feature_values(text, COND, 3187)
+    assert _agree(gate, values, 8.0, 2.0) >= len(gate) - 2
+    plain = [float(v) > 8.0 for v in values[: len(gate)]]
+    assert sum(gate) > sum(plain)  # it did hold on past the threshold
+
+
+def test_a_direction_gate_equals_the_cosine_thresholded(engine):
+    hook = "blocks.5.hook_resid_post"
+    out, text = _gated_run(engine, sw.When(sw.Vector(DIR5, hook), above=0.02))
+    captured = {}
+    tokens = torch.tensor([list(text.ids)])
+    engine.model.runtime.forward(
+        tokens, hooks={hook: lambda x, start: captured.setdefault("x", x[0].clone())},
+        stop_at_layer=6,
+    )  # fmt: skip
+    x = captured["x"].double()
+    cosine = (x @ DIR5.double()) / (x.norm(dim=-1) * DIR5.double().norm())
+    cosine[0] = 0.0  # BOS scores 0
+    gate = out.gates["features[0]"]
+    assert _agree(gate, cosine, 0.02) >= len(gate) - 2
+    assert 0 < sum(gate) < len(gate)
+
+
+@pytest.mark.parametrize("reduce", ["max", "mean", "last"])
+def test_a_prompt_decision_is_the_prompt_values_reduced(engine, reduce):
+    prompt = PROMPTS[3]
+    text = engine.text(prompt)
+    values = engine.feature_values(text, COND, 3187)
+    keep = values[~torch.tensor(text.special)]
+    value = {"max": keep.max(), "mean": keep.mean(), "last": keep[-1]}[reduce]
+    for above in (float(value) - 0.01, float(value) + 0.01):
+        when = sw.When(sw.Feature(COND, 3187), above=above, scope="prompt", reduce=reduce)
+        out, _ = _gated_run(engine, when, n=4, prompt=prompt)
+        gate = out.gates["features[0]"]
+        assert set(gate) == {float(value) > above}
+
+
+def test_steering_before_a_token_condition_is_refused_before_any_work(engine):
+    late = sw.When(sw.Feature("12-smollm2-res-4k", 1), above=1.0)
+    request = sw.SteerRequest(
+        "Hi", features=[sw.Feature(STEER_SOURCES[0], 1), sw.Feature(COND, 2, when=late)]
+    )
+    forwards = engine.residual_cache.forwards
+    with pytest.raises(sw.RequestError, match="after features") as err:
+        engine.steer(request)
+    assert err.value.field == "features[1].when"
+    with pytest.raises(sw.RequestError) as err:  # the request's condition gates every entry
+        engine.steer(request.with_(features=request.features[:1], when=late))
+    assert err.value.field == "when"
+    # the same point under its two names is allowed; a prompt-scope one may come later
+    same = sw.When(sw.Vector(DIR5, "blocks.11.hook_resid_pre"), above=0.0)
+    engine.steer(request.with_(features=request.features[:1], when=same, n_completion_tokens=2))
+    prompt_scope = sw.When(sw.Feature("22-smollm2-res-4k", 1), above=1.0, scope="prompt")
+    engine.steer(request.with_(when=prompt_scope, features=request.features[:1],
+                               n_completion_tokens=2))  # fmt: skip
+    assert engine.residual_cache.forwards == forwards + 1  # only the prompt decision's pass
+
+
+def test_unknown_sources_and_hooks_are_named(engine):
+    cases = [
+        (sw.When(sw.Feature("no-such-sae", 1), above=1.0), "when.on"),
+        (sw.When(sw.Feature(COND, 4096), above=1.0), "when.on"),
+        (sw.When(sw.Vector(DIR5, "blocks.99.hook_resid_post"), above=0.1), "when.on.hook"),
+        (sw.When(sw.Vector(torch.zeros(576), "blocks.2.hook_resid_post"), above=0.1),
+         "when.on.vector"),
+        (sw.When.tokens(2) & sw.When(sw.Vector(DIR5[:7], "blocks.2.hook_resid_post"), above=0.1),
+         "when.conditions[1].on.vector"),
+    ]  # fmt: skip
+    request = sw.SteerRequest("Hi", features=[sw.Feature(STEER_SOURCES[0], 1)])
+    for when, field in cases:
+        with pytest.raises(sw.RequestError) as err:
+            engine.steer(request.with_(when=when))
+        assert err.value.field == field
+    assert engine.steer(request.with_(n_completion_tokens=2)).outputs["STEERED"].complete
+
+
+def test_a_vector_file_cannot_carry_a_condition(engine, tmp_path):
+    when = sw.When.tokens(1)
+    request = sw.SteerRequest("Hi", features=[sw.Feature(STEER_SOURCES[0], 1, when=when)])
+    with pytest.raises(sw.VectorUnsupported) as err:
+        engine.vectors(request)
+    assert err.value.source == "features[0].when"
+    with pytest.raises(sw.VectorUnsupported) as err:
+        engine.vectors(request.with_(features=[sw.Feature(STEER_SOURCES[0], 1)], when=when))
+    assert err.value.source == "when"
+    assert not list(tmp_path.iterdir())
