@@ -17,7 +17,7 @@ from common import CHAT, timed_run
 
 import steer_widgets as sw
 
-ALTERNATIONS = int(os.environ.get("SW_BENCH_ALTERNATIONS", "7"))
+ALTERNATIONS = int(os.environ.get("SW_BENCH_ALTERNATIONS", "25"))
 TOKENS = 64
 
 
@@ -37,17 +37,27 @@ def run() -> dict:
     assert len({o.token_ids for o in outs.values()}) == 1, "the variants must write alike"
     steps = len(outs["plain"].token_ids) - 1  # decode steps: the first token is the prefill's
     decode = {name: [] for name in variants}
-    for _ in range(ALTERNATIONS):
-        for name, request in variants.items():
-            _, seconds = timed_run(lambda r=request: engine.steer(r), runtime)
+    names = list(variants)
+    for i in range(ALTERNATIONS):  # each alternation starts with another variant
+        for name in names[i % len(names) :] + names[: i % len(names)]:
+            _, seconds = timed_run(lambda r=variants[name]: engine.steer(r), runtime)
             decode[name].append(seconds)
     ms = {name: 1000 * statistics.median(v) / steps for name, v in decode.items()}
+
+    def cost(name: str) -> tuple[float, float, float]:
+        """The median and quartiles of the cost over alternations, each against the plain
+        run of its own alternation (this machine's speed drifts between alternations)."""
+        each = sorted(a / b - 1 for a, b in zip(decode[name], decode["plain"], strict=True))
+        n = len(each)
+        return tuple(round(x, 4) for x in (statistics.median(each), each[n // 4], each[3 * n // 4]))
+
     return {
         "cpu_threads": torch.get_num_threads(),
         "decode_steps": steps,
         "plain_ms_per_step": round(ms["plain"], 3),
         "feature_condition_ms_per_step": round(ms["feature"], 3),
         "window_condition_ms_per_step": round(ms["window"], 3),
-        "feature_condition_cost": round(ms["feature"] / ms["plain"] - 1, 4),
-        "window_condition_cost": round(ms["window"] / ms["plain"] - 1, 4),
+        "feature_condition_cost": cost("feature"),
+        "window_condition_cost": cost("window"),
+        "alternations": ALTERNATIONS,
     }

@@ -316,6 +316,7 @@ class Engine:
         strengths: Sequence[float] | None = None,
         judge=None,
         *,
+        off_topic: Sequence | None = None,
         progress: bool = True,
         cancel: threading.Event | None = None,
         **sampling,
@@ -335,10 +336,15 @@ class Engine:
         ``sampling``: greedy and 32 tokens unless given. Every row equals its solo
         ``steer`` run; ``cancel`` (or ``cancel_all``) stops within one decode step and
         keeps the finished rows. Everything is checked before any decoding.
+        ``off_topic``: prompts a conditional steering (``sw.When``) should leave alone; the
+        summary adds, per strength, the share of them exactly as DEFAULT (``untouched``) and
+        the share where the gate opened (``false_triggers``), success staying on ``prompts``.
         """
         from tqdm.auto import tqdm
 
-        stream = self.evaluate_stream(steering, prompts, strengths, judge, cancel, **sampling)
+        stream = self.evaluate_stream(
+            steering, prompts, strengths, judge, cancel, off_topic=off_topic, **sampling
+        )
         evaluation = None
         with tqdm(total=stream.total, desc="evaluate", unit="row", disable=not progress) as bar:
             for evaluation in stream:
@@ -346,13 +352,20 @@ class Engine:
         return evaluation
 
     def evaluate_stream(
-        self, steering, prompts=None, strengths=None, judge=None, cancel=None, **sampling
+        self,
+        steering,
+        prompts=None,
+        strengths=None,
+        judge=None,
+        cancel=None,
+        off_topic=None,
+        **sampling,
     ) -> EvaluationStream:
         """``evaluate`` as a stream: the evaluation so far each time rows finish (what the
         explorer's panel draws). Validates at once, before the first row decodes."""
         from .analysis.evaluator import Evaluator
 
-        evaluator = Evaluator(self, steering, prompts, strengths, judge, **sampling)
+        evaluator = Evaluator(self, steering, prompts, strengths, judge, off_topic, **sampling)
         return EvaluationStream(evaluator.empty().total, evaluator.stream(cancel))
 
     # -- concepts ---------------------------------------------------------------------------

@@ -297,3 +297,38 @@ def test_a_vector_file_cannot_carry_a_condition(engine, tmp_path):
         engine.vectors(request.with_(features=[sw.Feature(STEER_SOURCES[0], 1)], when=when))
     assert err.value.source == "when"
     assert not list(tmp_path.iterdir())
+
+
+def test_evaluate_counts_off_topic_prompts_left_as_default(engine):
+    on, off = PROMPTS[2], PROMPTS[3]
+    means = []
+    for prompt in (on, off):
+        text = engine.text(prompt)
+        values = engine.feature_values(text, COND, 3187)[~torch.tensor(text.special)]
+        means.append(float(values.mean()))
+    assert means[0] != means[1]
+    cut = sum(means) / 2
+    when = sw.When(sw.Feature(COND, 3187), scope="prompt", reduce="mean",
+                   **({"above": cut} if means[0] > cut else {"below": cut}))  # fmt: skip
+    steering = sw.SteerRequest("", features=[sw.Feature(STEER_SOURCES[0], 100, 30.0)], when=when)
+    ev = engine.evaluate(
+        steering, prompts=[on], off_topic=[off], strengths=(1.0, 2.0), judge=["cook"],
+        progress=False, n_completion_tokens=6,
+    )  # fmt: skip
+    table = ev.summary()
+    assert list(table["n"]) == [1, 1] and list(table["n_off"]) == [1, 1]
+    assert list(table["untouched"]) == [1.0, 1.0] and list(table["false_triggers"]) == [0.0, 0.0]
+    frame = ev.frame()
+    assert list(frame["off_topic"]) == [False, False, True, True]
+    assert list(frame["gate_opened"]) == [True, True, False, False]
+    for row in ev.rows:  # each row is its solo run
+        prompt = (on, off)[row.prompt_index]
+        solo = engine.steer(steering.with_(prompt=prompt, strength_multiplier=row.strength,
+                                           types=("STEERED",), n_completion_tokens=6,
+                                           temperature=0.0))  # fmt: skip
+        assert solo.outputs["STEERED"].token_ids == row.token_ids
+    again = engine.evaluate(ev.to_dict(), progress=False)
+    assert again.rows == ev.rows and again.off_topic_from == 1
+    with pytest.raises(sw.RequestError) as err:
+        engine.evaluate(steering, prompts=[on], off_topic=[on, ""], progress=False)
+    assert err.value.field == "off_topic[1]"

@@ -53,6 +53,8 @@ class EvalRow:
     nll: float
     fluency_delta: float
     shared: int  # leading tokens equal to DEFAULT's
+    untouched: bool = False  # every token DEFAULT's (what a condition that held nowhere gives)
+    gate_opened: bool | None = None  # a conditional steering's gate was on somewhere
 
 
 def prompt_name(prompt) -> str:
@@ -69,7 +71,9 @@ class Evaluation:
     """Rows of steered completions over ``prompts`` x ``strengths`` for each steering.
 
     ``steerings`` maps a name to the x1 request (its prompt unused); a strength ``m`` steers
-    with every coefficient of that request multiplied by ``m``. ``complete`` is False while
+    with every coefficient of that request multiplied by ``m``. ``prompts`` from
+    ``off_topic_from`` on are off-topic prompts for a conditional steering: they count
+    toward ``untouched`` and ``false_triggers``, not toward success. ``complete`` is False while
     rows are still coming, after a cancel (``cancelled``), or after a judge failed.
     """
 
@@ -85,6 +89,7 @@ class Evaluation:
     complete: bool = False
     cancelled: bool = False
     stats: dict = field(default_factory=dict)
+    off_topic_from: int | None = None  # prompts from here on are off-topic for a condition
     # texts so far of rows still decoding, by (steering, strength, prompt index); not recorded
     running: dict[tuple[str, float, int], str] = field(default_factory=dict)
 
@@ -100,7 +105,8 @@ class Evaluation:
 
         cols = [
             "steering", "prompt", "kind", "strength", "text", "score", "hit",
-            "fluency_delta", "shared", "n_tokens", "default_text",
+            "fluency_delta", "shared", "n_tokens", "default_text", "off_topic", "untouched",
+            "gate_opened",
         ]  # fmt: skip
         data = []
         for r in self.rows:
@@ -119,32 +125,44 @@ class Evaluation:
                     r.shared,
                     len(r.token_ids),
                     default.text,
+                    self.off_topic(r.prompt_index),
+                    r.untouched,
+                    r.gate_opened,
                 ]  # fmt: skip
             )
         return pd.DataFrame(data, columns=cols)
 
+    def off_topic(self, prompt_index: int) -> bool:
+        """Whether prompt ``prompt_index`` is one of the off-topic prompts (``off_topic=``)."""
+        return self.off_topic_from is not None and prompt_index >= self.off_topic_from
+
     def summary(self):
         """Per steering and strength: success rate, mean judge score, mean fluency delta and
-        the number of rows (pandas), in ladder order."""
+        the number of rows (pandas), in ladder order, over the on-topic prompts. With
+        off-topic prompts (a condition's), also the share of them left exactly as DEFAULT
+        (``untouched``), the share where the gate opened anywhere (``false_triggers``) and
+        their number (``n_off``)."""
         import pandas as pd
 
         out = []
         for name in self.steerings:
             for m in self.strengths:
                 rows = [r for r in self.rows if r.steering == name and r.strength == m]
-                n = len(rows)
-                out.append(
-                    {
-                        "steering": name,
-                        "strength": m,
-                        "success": sum(r.success for r in rows) / n if n else float("nan"),
-                        "score": sum(r.score for r in rows) / n if n else float("nan"),
-                        "fluency_delta": (
-                            sum(r.fluency_delta for r in rows) / n if n else float("nan")
-                        ),
-                        "n": n,
-                    }
-                )
+                on = [r for r in rows if not self.off_topic(r.prompt_index)]
+                line = {
+                    "steering": name,
+                    "strength": m,
+                    "success": _mean(r.success for r in on),
+                    "score": _mean(r.score for r in on),
+                    "fluency_delta": _mean(r.fluency_delta for r in on),
+                    "n": len(on),
+                }
+                if self.off_topic_from is not None:
+                    off = [r for r in rows if self.off_topic(r.prompt_index)]
+                    line["untouched"] = _mean(r.untouched for r in off)
+                    line["false_triggers"] = _mean(bool(r.gate_opened) for r in off)
+                    line["n_off"] = len(off)
+                out.append(line)
         return pd.DataFrame(out)
 
     def best(self, budget: float = FLUENCY_BUDGET, steering: str | None = None) -> float | None:
@@ -234,6 +252,7 @@ class Evaluation:
             "model": self.model,
             "complete": self.complete,
             "cancelled": self.cancelled,
+            "off_topic_from": self.off_topic_from,
         }
 
     @classmethod
@@ -266,11 +285,21 @@ class Evaluation:
                 str(d.get("model", "")),
                 bool(d.get("complete", False)),
                 bool(d.get("cancelled", False)),
+                off_topic_from=_index_or_none(d.get("off_topic_from")),
             )
         except (TypeError, ValueError, KeyError, AttributeError) as err:
             if isinstance(err, RequestError):
                 raise
             raise RequestError("record", f"is not an Evaluation record: {err!r}") from None
+
+
+def _mean(values) -> float:
+    values = [float(v) for v in values]
+    return sum(values) / len(values) if values else float("nan")
+
+
+def _index_or_none(value) -> int | None:
+    return None if value is None else int(value)
 
 
 def _plain(d: dict) -> dict:

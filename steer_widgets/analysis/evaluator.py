@@ -51,18 +51,33 @@ class Evaluator:
     """One validated evaluation, ready to run; everything is checked in the constructor."""
 
     def __init__(
-        self, engine: EngineView, steering, prompts=None, strengths=None, judge=None, **sampling
+        self,
+        engine: EngineView,
+        steering,
+        prompts=None,
+        strengths=None,
+        judge=None,
+        off_topic=None,
+        **sampling,
     ) -> None:
         self.engine = engine
         record = _record(steering)
         if record is not None:
-            prompts = record.prompts if prompts is None else prompts
+            split = record.off_topic_from
+            if prompts is None:
+                prompts = record.prompts[:split] if split is not None else record.prompts
+                if off_topic is None and split is not None:
+                    off_topic = record.prompts[split:]
             strengths = record.strengths if strengths is None else strengths
             sampling = {**record.sampling, **sampling}
             steerings = {n: (r, record.judge_forms.get(n)) for n, r in record.steerings.items()}
         else:
             steerings = resolve(engine, steering)
         self.prompts = _check_prompts(panel() if prompts is None else prompts)
+        self.off_from = None  # where the off-topic prompts start, if any were given
+        if off_topic is not None:
+            self.off_from = len(self.prompts)
+            self.prompts += _check_prompts(off_topic, "off_topic")
         self.strengths = check_strengths(LADDER if strengths is None else strengths)
         self.sampling = _check_sampling(sampling)
         self.judges = {n: make_judge(judge, forms) for n, (_, forms) in steerings.items()}
@@ -89,9 +104,15 @@ class Evaluator:
             try:
                 enc, plan = self.engine.plan(req)
             except RequestError as err:
-                raise _renamed(err, i, name) from None
+                raise _renamed(err, *self._where(i), name) from None
             out[name] = plan
         return enc, out
+
+    def _where(self, i: int) -> tuple[int, str]:
+        """Prompt ``i``'s index in the argument it came from, and that argument's name."""
+        if self.off_from is not None and i >= self.off_from:
+            return i - self.off_from, "off_topic"
+        return i, "prompts"
 
     @property
     def _wanted(self) -> int:
@@ -107,6 +128,7 @@ class Evaluator:
             {n: j.name for n, j in self.judges.items()},
             {n: j.forms for n, j in self.judges.items()},
             model=self.engine.model.name,
+            off_topic_from=self.off_from,
         )
 
     def stream(self, cancel: threading.Event | None = None) -> Iterator[Evaluation]:
@@ -172,11 +194,13 @@ class Evaluator:
                 }
                 shown = time.perf_counter()
                 yield ev
-            if any([self._advance(ev, t, got, ended) for t in tracks]):
+            if any([self._advance(ev, t, got, ended, rows) for t in tracks]):
                 yield ev
         ev.running = {}
 
-    def _advance(self, ev: Evaluation, track: _Track, got: Transcript, ended: list[bool]) -> bool:
+    def _advance(
+        self, ev: Evaluation, track: _Track, got: Transcript, ended: list[bool], rows: list[Row]
+    ) -> bool:
         """Score ``track``'s rows that have ended; whether any were."""
         decoder = self.engine.decoder
         if track.default is None and ended[track.default_row]:
@@ -184,7 +208,7 @@ class Evaluator:
             track.default = self._default(track.i, decoder.final(ids, self._wanted, probs))
         ready = [p for p in track.pending if ended[p[2]]] if track.default else []
         if ready:
-            self._finish(ev, track.i, track.default, ready, got)
+            self._finish(ev, track.i, track.default, ready, got, rows)
             track.pending = [p for p in track.pending if p not in ready]
         return bool(ready)
 
@@ -223,10 +247,13 @@ class Evaluator:
         if (i, name) not in self._default_scores:
             self._default_scores[i, name] = self.judges[name].score(d.text, text)
         score = self.judges[name].score(completion.text, text)
+        gates = completion.gates
         return EvalRow(
             name, i, m, completion.text, completion.token_ids, completion.stop, score,
             score > self._default_scores[i, name], nll, nll - d.nll,
             _shared(completion.token_ids, d.token_ids),
+            tuple(completion.token_ids) == tuple(d.token_ids),
+            None if gates is None else any(any(g) for g in gates.values()),
         )  # fmt: skip
 
     def _default(self, i: int, completion):
@@ -234,14 +261,14 @@ class Evaluator:
         self.engine.decoder.remember_default(enc.ids, Sampling(**self.sampling), completion)
         return completion
 
-    def _finish(self, ev, i, default, ready, got: Transcript) -> None:
+    def _finish(self, ev, i, default, ready, got: Transcript, rows: list[Row]) -> None:
         """Score finished rows ``ready`` (steering, multiplier, row) and add them to ``ev``."""
         if i not in ev.defaults:
             self._reference(ev, i, default, _mean_nll(p.logprob for p in default.token_probs or ()))
         decoder = self.engine.decoder
         for name, m, r in ready:
             ev.running.pop((name, m, i), None)
-            completion = decoder.final(got.ids[r], self._wanted)
+            completion = decoder.final(got.ids[r], self._wanted, gates=rows[r].gates)
             nll = _mean_nll(p.logprob for p in got.probs[r + 1])  # its shadow row's scores
             ev.rows.append(self._row(ev, i, name, m, completion, nll))
 
@@ -364,18 +391,18 @@ def _record(steering) -> Evaluation | None:
     return None
 
 
-def _check_prompts(prompts) -> list:
+def _check_prompts(prompts, field: str = "prompts") -> list:
     if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence):
-        raise RequestError("prompts", f"must be a list of prompts and chats, got {prompts!r}")
+        raise RequestError(field, f"must be a list of prompts and chats, got {prompts!r}")
     if not prompts:
-        raise RequestError("prompts", "is empty: give at least one prompt (None: the panel)")
+        raise RequestError(field, "is empty: give at least one prompt (None: the panel)")
     for i, p in enumerate(prompts):
         try:
             check_prompt(p)
         except RequestError as err:
-            raise _renamed(err, i, None) from None
+            raise _renamed(err, i, field, None) from None
         if isinstance(p, str) and not p.strip():
-            raise RequestError(f"prompts[{i}]", "is an empty prompt")
+            raise RequestError(f"{field}[{i}]", "is an empty prompt")
     return list(prompts)
 
 
@@ -386,9 +413,10 @@ def _check_sampling(sampling: Mapping) -> dict:
     return merged
 
 
-def _renamed(err: RequestError, i: int, steering: str | None) -> RequestError:
-    """A request error renamed for the evaluation's own arguments."""
+def _renamed(err: RequestError, i: int, field: str, steering: str | None) -> RequestError:
+    """A request error renamed for the evaluation's own arguments (``prompts[i]`` or
+    ``off_topic[i]`` for the prompt, ``steering[...]`` for the rest)."""
     if err.field.startswith("prompt"):
-        return RequestError(f"prompts[{i}]" + err.field[len("prompt") :], err.problem)
+        return RequestError(f"{field}[{i}]" + err.field[len("prompt") :], err.problem)
     where = "steering" if steering is None else f"steering[{steering!r}]"
     return RequestError(f"{where}.{err.field}", err.problem)
