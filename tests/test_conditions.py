@@ -332,3 +332,35 @@ def test_evaluate_counts_off_topic_prompts_left_as_default(engine):
     with pytest.raises(sw.RequestError) as err:
         engine.evaluate(steering, prompts=[on], off_topic=[on, ""], progress=False)
     assert err.value.field == "off_topic[1]"
+
+
+def test_condition_threshold_separates_the_texts_it_is_given(engine):
+    positive, negative = ["The weather today", "The ocean is"], ["Hello", "Hi"]
+    for scope in ("prompt", "token"):
+        when = sw.When(sw.Feature(COND, 3187), above=0.0, scope=scope, reduce="mean")
+        fit = engine.condition_threshold(when, positive, negative)
+        assert (fit.precision, fit.recall, fit.f1) == (1.0, 1.0, 1.0)
+        assert max(fit.negative_scores) < fit.threshold < min(fit.positive_scores)
+        assert fit.when.above == fit.threshold and fit.when.scope == scope
+    prompt_when = engine.condition_threshold(
+        sw.When(sw.Feature(COND, 3187), above=0.0, scope="prompt", reduce="mean"),
+        positive, negative,
+    ).when  # fmt: skip
+    steering = sw.SteerRequest("", features=[sw.Feature(STEER_SOURCES[0], 100, 30.0)],
+                               when=prompt_when, types=("STEERED",), n_completion_tokens=2)  # fmt: skip
+    for prompt, on in [(p, True) for p in positive] + [(p, False) for p in negative]:
+        gates = engine.steer(steering.with_(prompt=prompt)).outputs["STEERED"].gates
+        assert set(gates["features[0]"]) == {on}, prompt  # the fitted decision, applied
+    below = engine.condition_threshold(sw.When(sw.Feature(COND, 3187), below=0.0,
+                                               scope="prompt"), negative, positive)  # fmt: skip
+    assert below.f1 == 1.0 and below.when.below == below.threshold
+    bad = [
+        (sw.When(sw.Feature(COND, 3187), above=0.0, below=9.0), positive, negative, "when"),
+        (sw.When.tokens(2), positive, negative, "when"),
+        (sw.When(sw.Feature(COND, 3187), above=0.0), [], negative, "positive"),
+        (sw.When(sw.Feature(COND, 3187), above=0.0), positive, [""], "negative[0]"),
+    ]
+    for when, pos, neg, field in bad:
+        with pytest.raises(sw.RequestError) as err:
+            engine.condition_threshold(when, pos, neg)
+        assert err.value.field == field

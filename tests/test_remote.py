@@ -222,9 +222,19 @@ def test_what_the_server_cannot_serve_is_refused_before_any_request(remote):
         "vectors[0].hook": base.with_(
             vectors=[sw.Vector(torch.ones(576), "blocks.2.ln1.hook_normalized")]
         ),
-        "when": base.with_(when=sw.When.tokens(2)),
+        "when": base.with_(when=sw.When.tokens(2)),  # windows and token scope: refused
         "features[0].when": base.with_(
             features=[sw.Feature("10-smollm2-res-4k", 1, 10.0, when=sw.When.tokens(2))]
+        ),
+        "vectors[0].when": base.with_(
+            vectors=[
+                sw.Vector(
+                    torch.ones(576),
+                    "blocks.12.hook_resid_post",
+                    when=sw.When(sw.Feature("5-smollm2-res-4k", 1), above=1.0, scope="prompt")
+                    & sw.When(sw.Feature("5-smollm2-res-4k", 2), above=1.0),
+                )
+            ]
         ),
     }
     for field, request in refused.items():
@@ -436,3 +446,30 @@ def test_evaluate_over_the_server_equals_the_local_engine(remote, engine, source
             b.token_ids,
         )
         assert a.success == b.success and abs(a.fluency_delta - b.fluency_delta) < 1e-3
+
+
+def test_prompt_scope_conditions_are_decided_here_and_served(remote, engine):
+    """A prompt-scope condition is decided from the server's /v1/capture before the request:
+    off, STEERED is DEFAULT's generation; on, it is the unconditional steering's."""
+    source, index = "5-smollm2-res-4k", 3187
+    prompts = ["The weather today", "Hello"]
+    means = []
+    for prompt in prompts:
+        text = engine.text(prompt)
+        values = engine.feature_values(text, source, index)[~torch.tensor(text.special)]
+        means.append(float(values.mean()))
+    cut = sum(means) / 2
+    assert min(abs(m - cut) for m in means) > 0.5  # far from the threshold on either runtime
+    base = sw.SteerRequest(
+        prompts[0], features=[sw.Feature("10-smollm2-res-4k", 100, 30.0)], n_completion_tokens=4,
+        temperature=0.0,
+    )  # fmt: skip
+    when = sw.When(sw.Feature(source, index), above=cut, scope="prompt", reduce="mean")
+    for prompt, mean in zip(prompts, means, strict=True):
+        on = mean > cut
+        plain = remote.steer(base.with_(prompt=prompt)).outputs
+        got = remote.steer(base.with_(prompt=prompt, when=when)).outputs["STEERED"]
+        want = plain["STEERED"] if on else plain["DEFAULT"]
+        assert got.token_ids == want.token_ids, prompt
+        assert set(got.gates["features[0]"]) == {on}
+    assert plain["STEERED"].token_ids != plain["DEFAULT"].token_ids  # the steering does steer

@@ -78,8 +78,8 @@ class ConditionScores:
             for i, prompt in enumerate(checks.sequence(name, group)):
                 try:
                     text = self.analysis.text(prompt)
-                except RequestError as err:
-                    raise err.under(f"{name}[{i}]") from None
+                except RequestError as err:  # the text's own problem, named by its place
+                    raise RequestError(f"{name}[{i}]", err.problem) from None
                 values[name].append(self.reduced(m, text.ids, text.special, how) / m.scale)
             if not values[name]:
                 raise RequestError(name, "is empty: give at least one text")

@@ -41,14 +41,16 @@ from ..errors import RemoteError, RemoteUnsupported, RequestError
 from ..runtime.model import DEFAULT_MODEL, LoadedModel, default_model_dir
 from ..runtime.tokens import EncodedPrompt, Tokenizer
 from ..sae.store import DEFAULT_BUDGET
+from ..steering.conditions import When
 from ..steering.requests import (
     Direction,
     Plan,
     SteerRequest,
-    conditioned,
+    conditions_of,
     resolve_directions,
     sample_seeds,
     unsteered,
+    validate_shape,
 )
 from ..steering.results import Completion, Frame, SteerResult, ordered
 from .client import TOKEN_ENV, RemoteClient, decode_tensor, encode_tensor
@@ -223,13 +225,8 @@ class RemoteEngine(Engine, kind="remote"):
     def plan(self, request: SteerRequest) -> tuple[EncodedPrompt, Plan]:
         """The local validation, then what this server cannot serve exactly, before any
         request is sent."""
-        gated = conditioned(request)  # before the local plan reads a prompt-scope one
-        if gated:
-            raise RemoteUnsupported(
-                gated,
-                "conditional steering needs each position's gate inside the forward pass, "
-                "which interp-engine's /v1/generate does not take; run it on a local engine",
-            )
+        validate_shape(request)
+        _check_conditions(request)  # before the local plan captures for a prompt-scope one
         prompt, plan = super().plan(request)
         steers = any(label != "DEFAULT" for label in plan.labels)
         if steers and not self.hooks_available:
@@ -304,6 +301,12 @@ class RemoteEngine(Engine, kind="remote"):
             finally:
                 streams.close()
         outputs.update(self._finals(streams, wanted))
+        on = _decided(plan)
+        for out in plan.outputs:  # each gated entry's log: one decision at every position
+            if on and out.multiplier is not None and out.label in outputs:
+                ran = len(prompt.ids) + max(len(outputs[out.label].token_ids) - 1, 0)
+                gates = {entry: (decision,) * ran for entry, decision in on.items()}
+                outputs[out.label] = replace(outputs[out.label], gates=gates)
         if "DEFAULT" in bodies:  # kept only if complete
             decoder.remember_default(prompt.ids, request.sampling, outputs["DEFAULT"])
         yield Frame(ordered(outputs, plan.labels), streams.step, done=True)
@@ -323,7 +326,9 @@ class RemoteEngine(Engine, kind="remote"):
         """One ``/v1/generate`` body per output still to generate."""
         base = _generate_body(prompt.ids, request.sampling)
         steered = any(out.multiplier is not None for out in plan.outputs)
+        on = _decided(plan)
         directions = self._directions(request) if steered else []
+        directions = [d for d in directions if on.get(d.entry, True)]  # gates decided: off
         bodies = {}
         for out in plan.outputs:
             if out.multiplier is None:
@@ -331,7 +336,7 @@ class RemoteEngine(Engine, kind="remote"):
                     bodies[out.label] = base
             else:
                 wire = steering_wire(request.steer_method, directions, out.multiplier)
-                bodies[out.label] = {**base, "steering": wire}
+                bodies[out.label] = {**base, "steering": wire} if wire else base
         return bodies
 
     def _directions(self, request: SteerRequest) -> list[Direction]:
@@ -374,6 +379,28 @@ class RemoteEngine(Engine, kind="remote"):
         logits = self.model.runtime.capture_point(text.ids, "lm_head", rows)
         targets = torch.tensor(text.ids[-n:])
         return torch.log_softmax(logits, -1).gather(1, targets[:, None])[:, 0]
+
+
+def _check_conditions(request: SteerRequest) -> None:
+    """Only prompt-scope conditions can be served: decided here from ``/v1/capture`` before
+    the request, they turn an entry's steering on or off for the whole generation."""
+    for field, cond in conditions_of(request):
+        for leaf in cond.leaves():
+            if not isinstance(leaf, When) or leaf.scope != "prompt":
+                raise RemoteUnsupported(
+                    field,
+                    "token-scope conditions and token windows need each position's gate "
+                    "inside the forward pass, which interp-engine's /v1/generate does not "
+                    "take; a scope='prompt' condition is served, or run it on a local engine",
+                )
+
+
+def _decided(plan: Plan) -> dict[str, bool]:
+    """Each gated entry's decision (prompt scope only here), from the plan's steered rows."""
+    for out in plan.outputs:
+        if out.row.gates is not None:
+            return out.row.gates.resolved.decided()
+    return {}
 
 
 def _generate_body(ids: Sequence[int], s) -> dict:

@@ -116,6 +116,14 @@ class Resolved:
         """Fresh state for one decoded row."""
         return RowGates(self, prompt_length)
 
+    def decided(self) -> dict[str, bool]:
+        """Each entry's gate where every one is already decided before decoding (prompt-scope
+        conditions only): what a server that takes no per-position gate can still apply."""
+        if self.scores or any(_has_window(g) for g in self.entries.values()):
+            raise ValueError("token-scope conditions and windows are decided per position")
+        state, first = RowGates(self, 0), torch.zeros(1, dtype=torch.long)
+        return {name: bool(gate.mask(state, first)[0]) for name, gate in self.entries.items()}
+
 
 class RowGates:
     """One row's condition state: each score's on/off at the positions of the current
@@ -177,6 +185,13 @@ class RowGates:
             out.append(was)
         self._was_on[slot] = was
         return torch.tensor(out, dtype=torch.bool)
+
+
+def _has_window(gate: Gate) -> bool:
+    if isinstance(gate, Window):
+        return True
+    parts = getattr(gate, "parts", ()) or ((gate.part,) if isinstance(gate, Negated) else ())
+    return any(_has_window(p) for p in parts)
 
 
 # -- resolving a request's conditions ---------------------------------------------------------

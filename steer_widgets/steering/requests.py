@@ -124,16 +124,22 @@ class SteerRequest:
         return cls(**known)
 
 
-def conditioned(request: SteerRequest) -> str | None:
-    """The first field of ``request`` that holds a condition (``when``, ``features[0].when``),
-    or ``None``: for the tools that cannot apply one and refuse it by name."""
-    if request.when is not None:
-        return "when"
+def conditions_of(request: SteerRequest) -> list[tuple[str, Condition]]:
+    """Every condition of ``request`` with its field (``when``, ``features[0].when``), the
+    request's first; checked or not (an entry of the wrong type has none)."""
+    out = [] if request.when is None else [("when", request.when)]
     for name, entries in (("features", request.features), ("vectors", request.vectors)):
         for i, entry in enumerate(entries):
-            if getattr(entry, "when", None) is not None:  # checked or not
-                return f"{name}[{i}].when"
-    return None
+            if getattr(entry, "when", None) is not None:
+                out.append((f"{name}[{i}].when", entry.when))
+    return out
+
+
+def conditioned(request: SteerRequest) -> str | None:
+    """The first field of ``request`` that holds a condition, or ``None``: for the tools
+    that cannot apply one and refuse it by name."""
+    found = conditions_of(request)
+    return found[0][0] if found else None
 
 
 def unsteered(prompt, sampling: Mapping) -> SteerRequest:
