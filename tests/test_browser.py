@@ -3,7 +3,8 @@
 Starts JupyterLab on 127.0.0.1 with every Jupyter/IPython/XDG folder inside ``tmp_path``,
 opens a notebook that shows the explorer and uses it as a person would: moves a strength
 slider with the keyboard, hovers a heatmap token and a STEERED token (its probability and
-alternatives), stops a long run, empties the prompt, evaluates the steering over two prompts
+alternatives), stops a long run, empties the prompt, gates the steering on a feature (the
+tokens written under it marked), evaluates the steering over two prompts
 and sets the slider from the grid, picks a preset, and checks the layout
 at 1400 px and 800 px, light and dark (no horizontal scrollbar inside the explorer, no
 control cut off or outside it, slider tracks wide enough to use).
@@ -385,6 +386,17 @@ def test_explorer_in_jupyterlab(lab, tmp_path):
             commit(page, ".sw-explorer textarea", "I think that")
             wait_until(lambda: state(page) == "done", 120, "prompt back")
             assert not page.locator(".sw-completions .sw-stale-note").is_visible()
+
+            # the "steer" row gates the steering on a feature; the STEERED pane marks the
+            # tokens written while it held, and says how many
+            legend = page.locator(f"{STEERED} .sw-gate-legend")
+            page.locator(".sw-condition select").select_option(label="while a feature is active")
+            commit(page, ".sw-condition input[type='text']", "5-smollm2-res-4k #3187")
+            wait_until(lambda: state(page) == "done" and legend.count() == 1, 120, "gated run")
+            marked = page.locator(f"{STEERED} .sw-gated").count()
+            assert f"held ({marked} of " in legend.inner_text(), legend.inner_text()
+            page.locator(".sw-condition select").select_option(label="always")
+            wait_until(lambda: state(page) == "done" and legend.count() == 0, 120, "ungated")
 
             # the evaluate panel: two prompts x two strengths fill the grid and the chart; a
             # strength in the grid sets the slider (x0: strength 0)

@@ -621,3 +621,68 @@ def test_batch_makes_several_changes_one_run(engine, source):
             pass
     assert err.value.field == "run"
     ex.close()
+
+
+def test_a_condition_gates_the_explorers_steering_and_the_panes_mark_it(engine, tmp_path):
+    from steer_widgets.widgets.views import same_tokens
+
+    when = sw.When(sw.Feature("5-smollm2-res-4k", 3187), above=8.0, off_below=2.0)
+    ex = make(engine, prompt="My favourite thing to do on a Sunday is", temperature=0.0,
+              features=[("10-smollm2-res-4k", 100, 30.0)])  # fmt: skip
+    ex.set(when=when)
+    assert ex.wait(120), ex.status
+    assert ex.when == when and ex.request().when == when
+    steered = ex.outputs["STEERED"]
+    alone = engine.steer(ex.request()).outputs["STEERED"]
+    assert steered == alone and steered.gates == alone.gates
+    log, n = steered.gates["features[0]"], len(steered.token_ids)
+    marks = ex.completions.pane("STEERED")["gated"]
+    assert marks == [log[len(log) - n + k] for k in range(n)]  # the predicting position's gate
+    assert any(marks) and ex.completions.pane("DEFAULT")["gated"] is None
+    path = tmp_path / "view.json"
+    ex.save_view(path)
+    loaded = Explorer.load_view(path, engine)
+    assert loaded.wait(120), loaded.status
+    assert loaded.when == when and same_tokens(loaded)
+    ex.set(when=sw.When.tokens(5, 1))  # refused in the status line, nothing changed
+    assert "when.stop" in ex.error and ex.when == when
+    ex.set(when=None)
+    assert ex.wait(120), ex.status
+    assert ex.request().when is None and ex.completions.pane("STEERED")["gated"] is None
+
+
+def test_the_steer_row_gates_on_a_feature_a_concept_or_a_python_condition(engine):
+    ex = make(engine, prompt="My favourite thing to do on a Sunday is", temperature=0.0,
+              features=[("10-smollm2-res-4k", 100, 30.0)])  # fmt: skip
+    row = ex.condition_row
+    assert ex.request().when is None and row.what.layout.display == "none"
+    with ex.batch():
+        row.kind.value = "feature"
+        row.what.value = "5-smollm2-res-4k #3187"
+        row.threshold.value = 8.0
+    assert ex.wait(120), ex.status
+    top = engine.feature_index("5-smollm2-res-4k")[3187].max_act
+    assert row.threshold.max == pytest.approx(top) and row.what.layout.display == ""
+    want = sw.When(sw.Feature("5-smollm2-res-4k", 3187), above=8.0, scope="token")
+    assert ex.request().when == want
+    alone = engine.steer(ex.request()).outputs["STEERED"]
+    assert ex.outputs["STEERED"] == alone and ex.outputs["STEERED"].gates == alone.gates
+    with ex.batch():
+        row.kind.value = "concept"
+        row.what.value = "food"
+        row.scope.value = "prompt"
+    assert ex.wait(120), ex.status
+    when = ex.request().when
+    assert isinstance(when.on, sw.Vector) and (when.above, when.scope) == (0.05, "prompt")
+    assert set(ex.outputs["STEERED"].gates["features[0]"]) in ({True}, {False})
+    ex.set(when=sw.When.tokens(2))  # from Python: listed, not editable
+    assert ex.wait(120), ex.status
+    assert row.kind.value == "custom" and "completion tokens 2.." in row.summary.value
+    row.kind.value = "always"  # the row replaces it
+    assert ex.wait(120), ex.status
+    assert ex.request().when is None and "custom" not in [v for _, v in row.kind.options]
+    with ex.batch():
+        row.kind.value = "feature"
+        row.what.value = "no-such-sae #1"
+    assert ex.wait(120)
+    assert "when" in ex.error or "no-such-sae" in ex.error

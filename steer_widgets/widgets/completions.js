@@ -129,6 +129,7 @@ function pane(p, hover, model) {
     if (p.special && p.special[i]) cls.push("sw-special");
     if (split >= 0 && i >= split) cls.push(i === split ? "sw-split-first" : "sw-split");
     if (sel.label === p.label && sel.position === i) cls.push("sw-picked");
+    if (p.gated && p.gated[i]) cls.push("sw-gated");
     if (cls.length) span.className = cls.join(" ");
     const shown = eff && i < eff.effect.length ? eff : null;
     if (shown) {
@@ -146,6 +147,13 @@ function pane(p, hover, model) {
     body.appendChild(span);
   });
   box.append(head, body);
+  if (p.gated) {
+    const legend = document.createElement("div");
+    legend.className = "sw-gate-legend";
+    const on = p.gated.filter(Boolean).length;
+    legend.textContent = `▁ written while its condition held (${on} of ${p.gated.length} tokens)`;
+    box.append(legend);
+  }
   return box;
 }
 

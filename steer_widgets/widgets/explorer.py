@@ -30,12 +30,15 @@ from typing import Any
 from .. import checks
 from ..checks import public_methods
 from ..errors import RequestError, SteerWidgetsError
+from ..steering import conditions
+from ..steering.entries import Condition
 from ..steering.requests import Feature, SteerRequest, Vector, check_vector
 from ..steering.results import Completion, SteerResult
 from ..steering.vector_files import SUFFIXES, load_vectors, save_vectors
 from . import recommend
 from .arguments import check_options, check_row, check_settings, check_strength
 from .concept_sets import ConceptSets
+from .condition_row import ConditionRow
 from .evaluating import Evaluating, judge_words
 from .explain_panel import ExplainPanel
 from .feature_rows import FeatureRows
@@ -92,9 +95,11 @@ class Explorer:
         recommended = {"prompt_multiplier": recommend.prompt_multiplier(engine)}
         self.controls = Controls({**defaults(), **recommended, **settings})
         self.presets = PresetMenu(engine.model.name, self._apply_view, self._fail)
+        self.condition_row = ConditionRow(self._changed, self._feature_max, engine.concept_vector)
         self.view = Layout(
-            prompt, chat, self.controls, self.picker.ui, self.features_ui.ui, self.presets.ui
-        )
+            prompt, chat, self.controls, self.picker.ui, self.features_ui.ui, self.presets.ui,
+            self.condition_row.ui,
+        )  # fmt: skip
         v = self.view
         self.ui, self.completions, self.heatmap = v.ui, v.completions, v.heatmap
         self.status_line, self.record_box, self.live = v.status_line, v.record_box, v.live
@@ -316,17 +321,39 @@ class Explorer:
         in the status line and leaves its control unchanged. All changes make one run.
         An unknown name is an ``ArgumentError`` before anything changes.
         """
-        check_settings(settings, also=("prompt", "chat", "sweep"))
+        check_settings(settings, also=("prompt", "chat", "sweep", "when"))
         with self.batch():
             for name, value in settings.items():
                 try:
-                    set_control(self.view, self.controls, name, value)
+                    if name == "when":
+                        self._set_when(value)
+                    else:
+                        set_control(self.view, self.controls, name, value)
                 except RequestError as err:
                     self._fail(err)
 
+    @property
+    def when(self) -> Condition | None:
+        """The condition steering is gated on: the "steer" row's, or ``set(when=sw.When(...))``
+        (``None``: always). The panes underline the tokens written while it held."""
+        return self.condition_row.condition()
+
+    def _set_when(self, value) -> None:
+        if value is not None:
+            conditions.check(value, "when")
+        self.condition_row.show_custom(value)
+
+    def _feature_max(self, source: str, index: int) -> float | None:
+        """A feature's top activation in its index, for the "steer" row's slider."""
+        try:
+            self.engine.saes.check_index(source, index)
+            return self.engine.feature_index(source)[index].max_act
+        except SteerWidgetsError:
+            return None
+
     def request(self) -> SteerRequest:
         """The request the current controls describe (STEERED only when a feature is picked)."""
-        return read_request(self.view, self.controls, self.features_ui)
+        return read_request(self.view, self.controls, self.features_ui, self.when)
 
     def run(self) -> None:
         """Start a run now (cancelling any running one); returns at once, see ``wait``."""

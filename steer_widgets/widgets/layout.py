@@ -1,7 +1,7 @@
 """The explorer's widgets and their order on the page.
 
 Reading order: a preset menu, prompt and mode; features (search, strength rows, a vector file
-to save the steering to or load vectors from, steering settings);
+to save the steering to or load vectors from, steering settings, when to steer);
 generation settings; Run / Stop / live / Record; the status line; the panes; the heatmap;
 the evaluate panel.
 Rows wrap instead of scrolling (flex ``row wrap``), sliders never shrink below a usable
@@ -65,6 +65,7 @@ class Layout:
         picker: widgets.Widget,
         rows: widgets.Widget,
         preset: widgets.Widget,
+        condition: widgets.Widget,
     ) -> None:
         self.mode = widgets.ToggleButtons(
             options=["completion", "chat"],
@@ -135,6 +136,7 @@ class Layout:
                 rows,
                 row(vector_row, "sw-vectors"),
                 row([*controls.group("steering"), self.sweep_on, self.sweep_text]),
+                condition,
                 section("Generation"),
                 row(controls.group("generation")),
                 row(actions, "sw-actions"),

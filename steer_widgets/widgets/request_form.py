@@ -11,6 +11,7 @@ from typing import Any
 
 from .. import checks
 from ..errors import RequestError
+from ..steering.entries import Condition
 from ..steering.requests import SteerRequest
 from .arguments import check_strength
 from .feature_rows import FeatureRows
@@ -18,8 +19,11 @@ from .fields import Controls
 from .layout import Layout
 
 
-def read_request(view: Layout, controls: Controls, rows: FeatureRows) -> SteerRequest:
-    """The request the controls describe (STEERED only when a feature is picked)."""
+def read_request(
+    view: Layout, controls: Controls, rows: FeatureRows, when: Condition | None = None
+) -> SteerRequest:
+    """The request the controls describe (STEERED only when a feature is picked), steering
+    only where ``when`` holds (``Explorer.set(when=...)``)."""
     text = view.prompt.value
     prompt = [{"role": "user", "content": text}] if view.mode.value == "chat" else text
     features, vectors = tuple(rows.features()), tuple(rows.vectors())
@@ -32,6 +36,7 @@ def read_request(view: Layout, controls: Controls, rows: FeatureRows) -> SteerRe
         vectors=vectors,
         types=("DEFAULT", "STEERED") if steered else ("DEFAULT",),
         sweep=sweep,
+        when=when,
         **values,
     )
 

@@ -16,7 +16,7 @@ import torch
 from .. import checks
 from ..errors import RequestError
 from ..files import write_text_atomically
-from ..steering.requests import SteerRequest, Vector
+from ..steering.requests import SteerRequest, Vector, conditions_of
 
 VIEW_VERSION = 1
 
@@ -109,12 +109,19 @@ def apply_view(explorer, source: str | Path | dict) -> None:
     (one change: a live explorer runs once); ``same_tokens`` then compares the outputs."""
     view = read_view(source)
     req = SteerRequest.from_dict(view["request"])
+    gated = [field for field, _ in conditions_of(req) if field != "when"]
+    if gated:
+        raise RequestError(
+            f"request.{gated[0]}",
+            "the explorer gates the whole request (set(when=...)), not one entry; steer "
+            "this request with engine.steer",
+        )
     ex = explorer
     with ex.batch():
         while ex.features_ui.rows:
             ex.remove_feature(len(ex.features_ui.rows) - 1)
         ex.set(prompt=view["prompt"], chat=view["chat"], sweep=tuple(req.sweep))
-        ex.set(**{k: getattr(req, k) for k in SETTINGS})
+        ex.set(**{k: getattr(req, k) for k in SETTINGS}, when=req.when)
         for f in req.features:
             ex.add_feature(f.source, f.index, f.strength)
         for name, group in _concept_groups(view, req.vectors):
