@@ -413,6 +413,14 @@ class Engine:
         layer). ``examples``: texts about the named concept to read it from instead."""
         return self.concepts.features(concept, k, sources, examples)
 
+    def condition_scores(
+        self, when: When, prompt, completion=None
+    ) -> tuple[Text, list[float], float]:
+        """A score condition's value at every token of ``prompt`` (+ ``completion``) under
+        the unsteered model, and its threshold in the same units: where a token-scope gate
+        would be on for that text (the explorer's heatmap of the condition)."""
+        return self._condition_scores.scores(when, prompt, completion)
+
     def condition_threshold(self, when: When, positive: Sequence, negative: Sequence):
         """``when`` with the threshold that best tells ``positive`` texts (or chats) from
         ``negative`` ones, by F1, as a ``ThresholdFit`` (``.when``, ``.threshold``,

@@ -276,6 +276,7 @@ def evaluate(page, prompts: list[str], ladder: list[float] | None = None) -> Non
 
 
 PRESET_MENU = ".sw-explorer .widget-dropdown:has(.widget-label:text-is('preset')) select"
+HEAT_MENU = ".sw-explorer .widget-dropdown:has(.widget-label:text-is('heatmap of')) select"
 TOKENS_BOX = ".sw-explorer .widget-text:has(.widget-label:text-is('tokens')) input"
 
 
@@ -395,6 +396,11 @@ def test_explorer_in_jupyterlab(lab, tmp_path):
             wait_until(lambda: state(page) == "done" and legend.count() == 1, 120, "gated run")
             marked = page.locator(f"{STEERED} .sw-gated").count()
             assert f"held ({marked} of " in legend.inner_text(), legend.inner_text()
+            # the heatmap of the condition's score draws its threshold on the colour scale
+            page.locator(HEAT_MENU).select_option(label="the condition's score")
+            line = page.locator(".sw-heatmap .sw-threshold")
+            wait_until(lambda: line.count() == 1, 60, "the threshold line")
+            assert "threshold 0.000" in page.inner_text(".sw-heatmap .sw-title")
             page.locator(".sw-condition select").select_option(label="always")
             wait_until(lambda: state(page) == "done" and legend.count() == 0, 120, "ungated")
 

@@ -667,6 +667,15 @@ def test_the_steer_row_gates_on_a_feature_a_concept_or_a_python_condition(engine
     assert ex.request().when == want
     alone = engine.steer(ex.request()).outputs["STEERED"]
     assert ex.outputs["STEERED"] == alone and ex.outputs["STEERED"].gates == alone.gates
+    # the heatmap of the condition's score, with its threshold (no new run)
+    assert ("the condition's score", "condition") in list(ex.view.heat_feature.options)
+    ex.view.heat_feature.value = "condition"
+    assert ex.wait(120), ex.status
+    assert ex.heatmap.threshold == 8.0 and "score of the condition" in ex.heatmap.title
+    _, scores, threshold = engine.condition_scores(want, ex.request().prompt, alone)
+    steered_row = [r for r in ex.heatmap.rows if r["label"] == "STEERED"][0]
+    n = len(alone.token_ids)
+    assert threshold == 8.0 and steered_row["values"] == [round(v, 4) for v in scores[-n:]]
     with ex.batch():
         row.kind.value = "concept"
         row.what.value = "food"
@@ -681,6 +690,8 @@ def test_the_steer_row_gates_on_a_feature_a_concept_or_a_python_condition(engine
     row.kind.value = "always"  # the row replaces it
     assert ex.wait(120), ex.status
     assert ex.request().when is None and "custom" not in [v for _, v in row.kind.options]
+    assert "condition" not in [v for _, v in ex.view.heat_feature.options]
+    assert ex.heatmap.threshold is None
     with ex.batch():
         row.kind.value = "feature"
         row.what.value = "no-such-sae #1"

@@ -19,7 +19,7 @@ from ..errors import RequestError, SourceError
 from ..steering.conditions import When, check
 from ..steering.entries import Feature
 from ..steering.gates import Measured
-from .activations import residuals
+from .activations import Text, residuals
 from .text import Analysis
 
 
@@ -47,6 +47,24 @@ class ConditionScores:
         if when.below is not None:
             on &= value < when.below * m.scale
         return bool(on)
+
+    def scores(self, when: When, prompt, completion=None) -> tuple[Text, list[float], float]:
+        """``when``'s score at every token of ``prompt`` (+ ``completion``) under the
+        unsteered model (BOS 0), and its threshold in the same units (``above``, else
+        ``below``): what a token-scope gate compares, for the heatmap and for users."""
+        check(when, "when")
+        if not isinstance(when, When):
+            raise RequestError("when", f"must be one score condition (sw.When), got {when!r}")
+        m = self.measure(when, "when")
+        text = self.analysis.text(prompt, completion)
+        runtime = self.analysis.model.runtime
+        cache = self.analysis.residual_cache
+        resid = residuals(runtime, cache, text.ids, [m.hook])[m.hook]
+        values = m.fn(resid).double()
+        if text.ids and text.ids[0] == self.analysis.tokenizer.bos_id:
+            values[0] = 0.0
+        bound = when.above if when.above is not None else when.below
+        return text, [float(v) for v in values], bound * m.scale
 
     def reduced(self, m: Measured, ids: Sequence[int], special: Sequence[bool], how: str) -> float:
         """The scores of an unsteered pass over ``ids`` at ``m``'s hook, reduced over the

@@ -160,11 +160,6 @@ def _keys(field: str, d: Mapping, required: tuple[str, ...], optional=()) -> Non
         raise RequestError(field, f"has missing keys {missing} or unknown keys {extra}")
 
 
-def record(cond: Condition | None) -> dict | None:
-    """A condition as a JSON-able record (``None`` stays ``None``)."""
-    return None if cond is None else cond.to_dict()
-
-
 def both(a: Condition | None, b: Condition | None) -> Condition | None:
     """The condition of an entry under a request's: both must hold (either may be absent)."""
     if a is None or b is None:

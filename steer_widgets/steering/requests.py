@@ -94,7 +94,10 @@ class SteerRequest:
             for v in self.vectors
         ]
         d["types"], d["sweep"] = list(self.types), list(self.sweep)
-        d["when"] = conditions.record(self.when)
+        if self.when is None:  # a record without a condition reads as it did before them
+            del d["when"]
+        else:
+            d["when"] = self.when.to_dict()
         return d
 
     @classmethod

@@ -95,7 +95,9 @@ class Explorer:
         recommended = {"prompt_multiplier": recommend.prompt_multiplier(engine)}
         self.controls = Controls({**defaults(), **recommended, **settings})
         self.presets = PresetMenu(engine.model.name, self._apply_view, self._fail)
-        self.condition_row = ConditionRow(self._changed, self._feature_max, engine.concept_vector)
+        self.condition_row = ConditionRow(
+            self._condition_changed, self._feature_max, engine.concept_vector
+        )
         self.view = Layout(
             prompt, chat, self.controls, self.picker.ui, self.features_ui.ui, self.presets.ui,
             self.condition_row.ui,
@@ -110,6 +112,7 @@ class Explorer:
         self.heat_menu = HeatMenu(
             v.heat_feature, self.features_ui, self.heat, lambda: self.runner.busy,
             lambda req, outputs: self.explain.shown(req, outputs),
+            gated=lambda: self.condition_row.kind.value != "always",
         )  # fmt: skip
         # why the text changed: effect colouring, a token's attribution, "what changed"
         self.explain = ExplainPanel(
@@ -342,6 +345,13 @@ class Explorer:
         if value is not None:
             conditions.check(value, "when")
         self.condition_row.show_custom(value)
+
+    def _condition_changed(self) -> None:
+        """The "steer when" row changed: the heatmap menu offers the condition's score while
+        there is one, and a run follows as for any control."""
+        if hasattr(self, "heat_menu"):  # not while the row is being built
+            self.heat_menu.sync()
+        self._changed()
 
     def _feature_max(self, source: str, index: int) -> float | None:
         """A feature's top activation in its index, for the "steer" row's slider."""

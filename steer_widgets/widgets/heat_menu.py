@@ -11,9 +11,12 @@ from collections.abc import Callable
 
 import ipywidgets as widgets
 
+from ..steering.entries import When
 from ..steering.requests import Feature, SteerRequest, Vector
 from .feature_rows import FeatureRows
 from .heat_pipeline import HeatJob, HeatPipeline, heat_job
+
+CONDITION = "condition"  # the menu's value for the request's condition
 
 
 class HeatMenu:
@@ -30,14 +33,18 @@ class HeatMenu:
         heat: HeatPipeline,
         busy: Callable[[], bool],
         on_final: Callable[[SteerRequest, dict], None],
+        gated: Callable[[], bool] = lambda: False,
     ) -> None:
         self.menu, self.rows, self.heat = menu, rows, heat
-        self.busy, self.on_final = busy, on_final
+        self.busy, self.on_final, self.gated = busy, on_final, gated
         self.shown: tuple[SteerRequest, dict] | None = None  # what the heatmap colours
 
-    def choice(self) -> Feature | tuple[str, Vector] | None:
-        """The menu's choice: a feature, or a concept row's ``(name, Vector)``."""
+    def choice(self) -> Feature | tuple[str, Vector] | str | None:
+        """The menu's choice: a feature, a concept row's ``(name, Vector)``, or
+        ``"condition"`` (the score of the request's condition)."""
         i = self.menu.value
+        if i == CONDITION:
+            return CONDITION
         if isinstance(i, tuple):  # ("concept", j): the residual's projection on its vector
             concepts = self.concepts()
             return concepts[i[1]] if i[1] < len(concepts) else None
@@ -53,6 +60,10 @@ class HeatMenu:
         current = self.menu.value
         options = [(f"{f.source} #{f.index}", i) for i, f in enumerate(self.rows.features())]
         options += [(f"concept {n}", ("concept", j)) for j, (n, _) in enumerate(self.concepts())]
+        if self.gated():
+            options.append(("the condition's score", CONDITION))
+        if [v for _, v in options] == [v for _, v in self.menu.options]:
+            return  # nothing came or went
         self.menu.options = options
         if options:
             values = [v for _, v in options]
@@ -63,6 +74,11 @@ class HeatMenu:
         if final and run:  # a run finished (not a recolouring): effects, "what changed"
             self.on_final(req, outputs)
         choice = self.choice()
+        if choice == CONDITION:
+            if not isinstance(req.when, When):
+                self.heat.clear("the condition is not one score: pick a feature")
+                return
+            choice = (CONDITION, req.when)
         if choice is None:
             self.heat.clear("pick a feature to see its activations")
             return

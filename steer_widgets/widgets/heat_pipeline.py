@@ -18,8 +18,10 @@ from typing import Any
 
 from ..analysis.projection import projection
 from ..errors import SteerWidgetsError
+from ..steering.entries import When
 from ..steering.requests import Feature, Vector
 from ..steering.results import Completion
+from .condition_row import describe
 from .heatmap import Heatmap, heat_row
 
 TOP_K = 5  # top features per token kept in the heatmap state
@@ -39,26 +41,35 @@ class HeatJob:
     on_shown: Callable[[float], None] | None = field(default=None, compare=False)
     vector: Vector | None = None
     name: str = ""  # the concept's name, for the title
+    condition: When | None = None  # colour by this condition's score instead
 
     @property
     def title(self) -> str:
+        if self.condition is not None:
+            return f"score of the condition {describe(self.condition)}"
         if self.vector is not None:
             return f"projection on concept {self.name} ({self.vector.hook})"
         return f"activation of {self.source} #{self.index}"
 
 
-def heat_job(prompt, outputs, choice: Feature | tuple[str, Vector], final=True, on_shown=None):
-    """The job for a heatmap choice: a ``Feature``, or a concept's ``(name, Vector)``."""
+def heat_job(prompt, outputs, choice: Feature | tuple, final=True, on_shown=None):
+    """The job for a heatmap choice: a ``Feature``, a concept's ``(name, Vector)`` or the
+    request's condition ``("condition", When)``."""
     if isinstance(choice, Feature):
         return HeatJob(prompt, outputs, choice.source, choice.index, final, on_shown)
-    name, vector = choice
-    return HeatJob(prompt, outputs, "", -1, final, on_shown, vector, name)
+    name, target = choice
+    if isinstance(target, When):
+        return HeatJob(prompt, outputs, "", -1, final, on_shown, condition=target)
+    return HeatJob(prompt, outputs, "", -1, final, on_shown, target, name)
 
 
-def heat_rows(engine, job: HeatJob, top_k: int = TOP_K) -> list[dict]:
-    """Prompt, DEFAULT and STEERED rows: per-token values and each token's top features."""
+def heat_rows(engine, job: HeatJob, top_k: int = TOP_K) -> tuple[list[dict], float | None]:
+    """Prompt, DEFAULT and STEERED rows (per-token values and each token's top features),
+    and the threshold to mark (a condition's; ``None`` otherwise)."""
+    if job.condition is not None:
+        return _condition_rows(engine, job)
     if job.vector is not None:
-        return _projection_rows(engine, job)
+        return _projection_rows(engine, job), None
     rows: list[dict] = []
     for label in HEAT_LABELS:
         comp = job.outputs.get(label)
@@ -73,7 +84,24 @@ def heat_rows(engine, job: HeatJob, top_k: int = TOP_K) -> list[dict]:
                 heat_row("prompt", acts.tokens[:n], acts.values[:n], acts.special[:n], pairs[:n])
             )
         rows.append(heat_row(label, acts.tokens[n:], acts.values[n:], acts.special[n:], pairs[n:]))
-    return rows
+    return rows, None
+
+
+def _condition_rows(engine, job: HeatJob) -> tuple[list[dict], float]:
+    """Prompt, DEFAULT and STEERED rows coloured by the condition's score, and its threshold
+    in the same units (a token-scope gate is on where a token's score passes it)."""
+    rows: list[dict] = []
+    threshold = 0.0
+    for label in HEAT_LABELS:
+        comp = job.outputs.get(label)
+        if comp is None:
+            continue
+        text, values, threshold = engine.condition_scores(job.condition, job.prompt, comp)
+        n = len(text.ids) - len(comp.token_ids)
+        if not rows:
+            rows.append(heat_row("prompt", text.tokens[:n], values[:n], text.special[:n]))
+        rows.append(heat_row(label, text.tokens[n:], values[n:], text.special[n:]))
+    return rows, threshold
 
 
 def _projection_rows(engine, job: HeatJob) -> list[dict]:
@@ -152,7 +180,7 @@ class HeatPipeline:
 
     def _compute(self, job: HeatJob, epoch: int) -> None:
         try:
-            rows = heat_rows(self.engine, job)
+            rows, threshold = heat_rows(self.engine, job)
         except SteerWidgetsError as err:
             self.on_error(str(err))
             return
@@ -163,6 +191,6 @@ class HeatPipeline:
         with self._cond:
             if epoch != self._epoch:
                 return
-        self.heatmap.show(job.title, rows)
+        self.heatmap.show(job.title, rows, threshold)
         if job.on_shown is not None:
             job.on_shown(time.perf_counter())

@@ -35,18 +35,22 @@ class Heatmap(anywidget.AnyWidget):
     changed_title = traitlets.Unicode("").tag(sync=True)
     changed = traitlets.List(traitlets.Dict()).tag(sync=True)
     picked = traitlets.Dict({}).tag(sync=True)
+    # a condition's threshold: tokens whose value passes it are outlined, and the colour
+    # scale carries a line at it (None: no condition shown)
+    threshold = traitlets.Float(None, allow_none=True).tag(sync=True)
 
     def pick(self, source: str, index: int) -> None:
         """Click a "what changed" row: the heatmap shows that feature."""
         self.picked = {"source": source, "index": int(index)}
 
-    def show(self, title: str, rows: list[dict]) -> None:
+    def show(self, title: str, rows: list[dict], threshold: float | None = None) -> None:
         """Replace the whole heatmap at once (one message to the browser)."""
         peak = max((v for r in rows for v in r["values"]), default=0.0)
         with self.hold_sync():
             self.title = title
             self.rows = rows
             self.max_value = float(peak)
+            self.threshold = threshold
             self.stale = ""
             row, pos = self.selected
             if not 0 <= row < len(rows) or pos >= len(rows[row]["tokens"]):
