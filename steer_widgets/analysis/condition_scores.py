@@ -57,24 +57,14 @@ class ConditionScores:
             raise RequestError("when", f"must be one score condition (sw.When), got {when!r}")
         m = self.measure(when, "when")
         text = self.analysis.text(prompt, completion)
-        runtime = self.analysis.model.runtime
-        cache = self.analysis.residual_cache
-        resid = residuals(runtime, cache, text.ids, [m.hook])[m.hook]
-        values = m.fn(resid).double()
-        if text.ids and text.ids[0] == self.analysis.tokenizer.bos_id:
-            values[0] = 0.0
+        values = self._token_scores(m, text.ids)
         bound = when.above if when.above is not None else when.below
         return text, [float(v) for v in values], bound * m.scale
 
     def reduced(self, m: Measured, ids: Sequence[int], special: Sequence[bool], how: str) -> float:
         """The scores of an unsteered pass over ``ids`` at ``m``'s hook, reduced over the
         non-special tokens (``max``, ``min``, ``mean`` or ``last``), BOS scored 0."""
-        analysis = self.analysis
-        runtime = analysis.model.runtime
-        resid = residuals(runtime, analysis.residual_cache, tuple(ids), [m.hook])[m.hook]
-        scores = m.fn(resid).double()
-        if ids and ids[0] == analysis.tokenizer.bos_id:
-            scores[0] = 0.0
+        scores = self._token_scores(m, ids)
         keep = ~torch.tensor(list(special), dtype=torch.bool)
         picked = scores[keep] if keep.any() else scores
         reduce = {"max": picked.max, "min": picked.min, "mean": picked.mean}
@@ -102,6 +92,17 @@ class ConditionScores:
             if not values[name]:
                 raise RequestError(name, "is empty: give at least one text")
         return _best_split(when, values["positive"], values["negative"], above)
+
+    def _token_scores(self, m: Measured, ids: Sequence[int]) -> Tensor:
+        """``m``'s score at every token of ``ids`` under the unsteered model (the residual
+        cache's pass), BOS scored 0, in float64 as thresholds compare."""
+        analysis = self.analysis
+        runtime = analysis.model.runtime
+        resid = residuals(runtime, analysis.residual_cache, tuple(ids), [m.hook])[m.hook]
+        scores = m.fn(resid).double()
+        if ids and ids[0] == analysis.tokenizer.bos_id:
+            scores[0] = 0.0
+        return scores
 
     def _feature(self, when: When, field: str) -> Measured:
         saes = self.analysis.saes

@@ -43,6 +43,10 @@ class Gate:
     def mask(self, gates: RowGates, positions: Tensor) -> Tensor:
         raise NotImplementedError
 
+    def children(self) -> tuple[Gate, ...]:
+        """The gates this one joins or negates (none for a leaf)."""
+        return ()
+
 
 @dataclass(frozen=True)
 class ScoreGate(Gate):
@@ -83,6 +87,9 @@ class Joined(Gate):
             out = type(self).join(out, part.mask(gates, positions))
         return out
 
+    def children(self) -> tuple[Gate, ...]:
+        return self.parts
+
 
 class Every(Joined):
     join = torch.logical_and
@@ -98,6 +105,9 @@ class Negated(Gate):
 
     def mask(self, gates: RowGates, positions: Tensor) -> Tensor:
         return ~self.part.mask(gates, positions)
+
+    def children(self) -> tuple[Gate, ...]:
+        return (self.part,)
 
 
 @dataclass(frozen=True)
@@ -188,10 +198,7 @@ class RowGates:
 
 
 def _has_window(gate: Gate) -> bool:
-    if isinstance(gate, Window):
-        return True
-    parts = getattr(gate, "parts", ()) or ((gate.part,) if isinstance(gate, Negated) else ())
-    return any(_has_window(p) for p in parts)
+    return isinstance(gate, Window) or any(_has_window(p) for p in gate.children())
 
 
 # -- resolving a request's conditions ---------------------------------------------------------
@@ -243,8 +250,7 @@ class _Compiler:
         """The score slots ``gate`` reads."""
         if isinstance(gate, ScoreGate):
             return [gate.slot]
-        parts = getattr(gate, "parts", ()) or ((gate.part,) if isinstance(gate, Negated) else ())
-        return [slot for part in parts for slot in self.reads(part)]
+        return [slot for part in gate.children() for slot in self.reads(part)]
 
 
 def _each(cond: AllOf | AnyOf):
