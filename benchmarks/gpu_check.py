@@ -1,18 +1,21 @@
 """Exactness and speed of the fast runtime on a GPU against transformers, with no network.
 
     python benchmarks/gpu_check.py OUT.json [--device cuda] [--dtypes float32 bfloat16]
-                                            [--archs gpt2 gemma2 ...] [--tiny]
+                                            [--archs gpt2 gemma2 ...] [--tiny] [--no-engine]
 
 For every architecture of ``bench_architectures`` (random weights built with transformers'
 config classes at a realistic width; ``--tiny`` runs the same code paths in seconds) and every
 dtype: the row groups our runtime measured at load on the device, our greedy tokens against
 transformers' ``generate`` (and how many agree), the prompt logits' largest difference,
 ``rows_identical`` (three rows sampled together, two of them steered, equal each row sampled
-alone) and decode tokens/s of ours and of transformers at batch 1.
+alone) and decode tokens/s of ours and of transformers at batch 1. Then, per dtype, the
+engine end to end (``gpu_engine.engine_case``): ``steer`` with a sweep, a ragged
+``steer_batch`` and ``evaluate``, every row against its solo run.
 
 Prints one line per case, writes every figure to OUT.json and exits 1 when a guarantee fails:
-rows not identical, or (float32 only: bf16 and fp16 round differently along different but
-equally valid kernel paths) greedy tokens unlike transformers'.
+rows not identical (in any case, the engine's too), or (float32 only: bf16 and fp16 round
+differently along different but equally valid kernel paths) greedy tokens unlike
+transformers'.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_architectures import N_NEW, check, configs  # noqa: E402
+from gpu_engine import engine_case  # noqa: E402
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -39,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtypes", nargs="+", choices=sorted(DTYPES), default=None)
     parser.add_argument("--archs", nargs="+", choices=sorted(configs()), default=None)
     parser.add_argument("--tiny", action="store_true", help="tiny models, a few tokens")
+    parser.add_argument("--no-engine", action="store_true", help="skip the engine case")
     args = parser.parse_args(argv)
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         parser.error("no CUDA device here (run with --device cpu --tiny for a dry run)")
@@ -55,11 +60,29 @@ def main(argv: list[str] | None = None) -> int:
             if not ok:
                 failures.append(f"{name}/{dtype}")
             print(_line(name, dtype, figures, ok), flush=True)
+        if not args.no_engine:
+            figures = _engine(args.device, dtype, args.tiny)
+            report["cases"][f"engine/{dtype}"] = figures
+            if not figures.get("exact"):
+                failures.append(f"engine/{dtype}")
+            print(f"{'ok  ' if figures.get('exact') else 'FAIL'} engine    {dtype:9s} {figures}")
     report["failures"] = failures
     report["seconds"] = round(time.perf_counter() - start, 1)
     args.out.write_text(json.dumps(report, indent=2))
     print(f"{len(failures)} failing case(s){': ' + ', '.join(failures) if failures else ''}")
     return 1 if failures else 0
+
+
+def _engine(device: str, dtype: str, tiny: bool) -> dict:
+    """``engine_case``, its error recorded rather than raised: the other dtype still runs."""
+    start, figures = time.perf_counter(), {}
+    try:
+        engine_case(device, DTYPES[dtype], tiny, n_new=8 if tiny else 24, figures=figures)
+    except Exception as err:  # a device run is scarce: keep every other figure
+        import traceback
+
+        figures |= {"exact": False, "error": repr(err), "traceback": traceback.format_exc()}
+    return figures | {"seconds": round(time.perf_counter() - start, 1)}
 
 
 def _line(name: str, dtype: str, f: dict, ok: bool) -> str:

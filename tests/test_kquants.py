@@ -47,6 +47,23 @@ def k_blocks(rng: np.random.Generator, shape: tuple[int, int], name: str, d: flo
     return raw.reshape(shape[0], -1)
 
 
+def llama_writer(out: Path, tok: dict, layers: int, d: int, ff: int, nh: int, nkv: int):
+    """A ``gguf.GGUFWriter`` holding a Llama's settings and ``tok``'s tokenizer fields."""
+    import gguf
+
+    w = gguf.GGUFWriter(str(out), "llama")
+    for add, value in ((w.add_block_count, layers), (w.add_context_length, 2048),
+                       (w.add_embedding_length, d), (w.add_feed_forward_length, ff),
+                       (w.add_head_count, nh), (w.add_head_count_kv, nkv),
+                       (w.add_rope_dimension_count, d // nh), (w.add_rope_freq_base, 10000.0),
+                       (w.add_layer_norm_rms_eps, 1e-5), (w.add_tokenizer_model, "gpt2"),
+                       (w.add_tokenizer_pre, "smollm"), (w.add_token_list, tok["tokens"]),
+                       (w.add_token_types, tok["types"]), (w.add_token_merges, tok["merges"]),
+                       (w.add_bos_token_id, 1), (w.add_eos_token_id, 2)):  # fmt: skip
+        add(value)
+    return w
+
+
 def write_tiny_llama(out: Path, tok: dict, d: int = 256, ff: int = 512) -> None:
     """A 2-layer Llama GGUF whose matrices are Q5_0, Q5_1 (quantized by gguf), Q4_K, Q5_K and
     Q6_K (blocks written as bytes), the embedding Q4_K and an untied Q6_K unembedding."""
@@ -56,16 +73,7 @@ def write_tiny_llama(out: Path, tok: dict, d: int = 256, ff: int = 512) -> None:
     rng = np.random.default_rng(5)
     nh, nkv, vocab = 4, 2, len(tok["tokens"])
     hd = d // nh
-    w = gguf.GGUFWriter(str(out), "llama")
-    for add, value in ((w.add_block_count, len(LAYERS)), (w.add_context_length, 256),
-                       (w.add_embedding_length, d), (w.add_feed_forward_length, ff),
-                       (w.add_head_count, nh), (w.add_head_count_kv, nkv),
-                       (w.add_rope_dimension_count, hd), (w.add_rope_freq_base, 10000.0),
-                       (w.add_layer_norm_rms_eps, 1e-5), (w.add_tokenizer_model, "gpt2"),
-                       (w.add_tokenizer_pre, "smollm"), (w.add_token_list, tok["tokens"]),
-                       (w.add_token_types, tok["types"]), (w.add_token_merges, tok["merges"]),
-                       (w.add_bos_token_id, 1), (w.add_eos_token_id, 2)):  # fmt: skip
-        add(value)
+    w = llama_writer(out, tok, len(LAYERS), d, ff, nh, nkv)
 
     def blocks(name: str, shape: tuple[int, int], qtype: str, scale: float = 0.1) -> None:
         if qtype in ("Q5_0", "Q5_1"):

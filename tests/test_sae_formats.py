@@ -246,3 +246,18 @@ def test_new_layout_without_a_version_is_read_as_new(tmp_path):
     write_sae(tmp_path / "hand", cfg, random_weights("standard", 0))
     read = SAEConfig.read("hand", tmp_path / "hand")
     assert (read.hook_name, read.prepend_bos) == ("blocks.3.hook_resid_post", False)
+
+
+def test_logit_lens_runs_on_the_unembeddings_device():
+    """On a GPU the SAE's decoder stays in CPU memory while the unembedding is on the
+    device (found by ``benchmarks/gpu_check.py`` on an H200: evaluate's feature labels
+    failed). The meta device stands in for the GPU here: only the placement is checked."""
+    from steer_widgets.sae.feature_index import logit_lens
+
+    w_dec, norm = torch.randn(700, 16), torch.rand(16)
+    unembed = torch.randn(16, 50)
+    top, bottom = logit_lens(w_dec, unembed.to("meta"), norm, k=4)
+    assert top.device.type == bottom.device.type == "meta"
+    assert top.shape == bottom.shape == (700, 4)
+    want = logit_lens(w_dec, unembed, norm, k=4)[0]
+    assert torch.equal(want, ((w_dec * norm) @ unembed).topk(4, dim=-1).indices)

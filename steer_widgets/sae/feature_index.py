@@ -216,11 +216,14 @@ def logit_lens(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Token ids [d_sae, k] each decoder row promotes most and least, read through the final
     norm's weight (an RMSNorm's scale does not change the ranking; its weight does: without
-    it the top tokens of most features are sub-word noise)."""
-    scale = 1.0 if norm_weight is None else norm_weight.float().to(w_dec.device)
+    it the top tokens of most features are sub-word noise). Computed on the unembedding's
+    device: on a GPU the SAE stays in CPU memory and the model does not."""
+    device = unembed.device
+    scale = 1.0 if norm_weight is None else norm_weight.float().to(device)
+    weight = unembed.float()
     top, bottom = [], []
     for chunk in w_dec.float().split(512):
-        logits = (chunk * scale) @ unembed.float()
+        logits = (chunk.to(device) * scale) @ weight
         top.append(logits.topk(k, dim=-1).indices)
         bottom.append((-logits).topk(k, dim=-1).indices)
     return torch.cat(top), torch.cat(bottom)
@@ -233,7 +236,7 @@ def top_output_tokens(
     residual stream (a per-head SAE's) have none."""
     if w_dec.shape[1] != unembed.shape[0]:
         return [([], []) for _ in range(w_dec.shape[0])]
-    top, bottom = logit_lens(w_dec, unembed, norm_weight, k)
+    top, bottom = (ids.cpu() for ids in logit_lens(w_dec, unembed, norm_weight, k))
     cache: dict[int, str] = {}
 
     def text(i: int) -> str:
