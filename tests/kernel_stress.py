@@ -3,7 +3,8 @@
 ``python tests/kernel_stress.py --threads 4 --rounds 400`` builds a fixed set of calls on the
 default model's widths (float32 and GGUF-quantized products of 1 to 13 rows and 16 to 4,096
 columns, causal attention of 1 to 9 positions over 1 to 300 keys, ragged decode steps of 1 to 16
-cache rows at positions of their own, RMSNorm, rotary, queued sampling noise),
+cache rows at positions of their own, RMSNorm, rotary, queued sampling noise, and slices of
+quantized rows dequantized as a backward reads them),
 computes every call's result at one thread (a ragged step's: its rows decoded one at a
 time, so it is checked against the solo runs, not against itself), then makes every call once
 at ``--threads`` and ``--rounds`` rounds of 64 calls in a random order, and prints one JSON
@@ -70,6 +71,8 @@ def quant_calls(gen: torch.Generator, rng: random.Random) -> dict[str, Call]:
             for m in sorted({1, 2, rng.randint(3, 12), 13}):  # wide, tile and panel paths
                 x = torch.randn(m, k, generator=gen)
                 calls[f"{name} {m}x{k}->{n}"] = lambda x=x, lin=lin: lin(x)
+            a = rng.randrange(n // 2)  # a backward's slice of rows: any start, any stop
+            calls[f"dense {name} {a}:{n} of {n}x{k}"] = lambda lin=lin, a=a: lin.dense(a)
     return calls
 
 

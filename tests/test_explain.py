@@ -277,3 +277,26 @@ def test_attribution_holds_one_float32_weight_at_a_time(engine, by_feature, monk
     assert why.rows and len(made) > 10
     gc.collect()
     assert most[0] == 0 and all(ref() is None for ref in made), most
+
+
+def test_the_blocks_under_every_hook_run_once_per_attribution(engine, by_feature, monkeypatch):
+    """Four differentiable readings (``steps=3`` and the steered point) and the exact reads
+    (unsteered, the row removed) differ only at and above the steering's block (layer 12
+    here): the blocks under it run once for the readings and once for the reads, not once
+    for each (6 times before)."""
+    from collections import Counter
+
+    from steer_widgets.runtime.transformer import Transformer
+
+    runs, real = Counter(), Transformer._block
+
+    def counted(self, i, *args):
+        runs[i] += 1
+        return real(self, i, *args)
+
+    engine.attribute(by_feature, "STEERED", position=1, n=2)  # the text's SAE reads cached
+    monkeypatch.setattr(Transformer, "_block", counted)
+    why = engine.attribute(by_feature, "STEERED", position=1, n=2)
+    assert why.rows and len(why.features) == 2
+    assert [runs[i] for i in range(12)] == [2] * 12, runs
+    assert min(runs[i] for i in range(12, 30)) >= 6, runs

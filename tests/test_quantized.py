@@ -75,6 +75,39 @@ def test_products_equal_the_float32_kernel_on_the_dequantized_matrix(name):
             assert torch.equal(lin(x[r : r + 1]), y[r : r + 1])
 
 
+@pytest.mark.parametrize("name", quant.SUPPORTED)
+def test_dense_slices_equal_the_rows_at_any_thread_count(name):
+    """``dense(start, stop)``, a backward's weight made a slice at a time (``quant_dense``:
+    the forward's vector dequantization over the pool), has ``rows``' bits for slices
+    across and inside the blocks of 16, at 1 and at 5 threads (oversubscribed here)."""
+    n, k = 53, k_of(name, 64)
+    lin = quant.QuantLinear(random_blocks(name, n, k, seed=3), name, k)
+    want = lin.rows(torch.arange(n))
+    threads = torch.get_num_threads()
+    try:
+        for t in (1, 5):
+            torch.set_num_threads(t)
+            for a, b in ((0, n), (0, 16), (5, 11), (13, 40), (48, 53), (7, 7)):
+                assert torch.equal(lin.dense(a, b), want[a:b]), (t, a, b)
+    finally:
+        torch.set_num_threads(threads)
+    for a, b in ((-1, 3), (4, 3), (0, 54)):
+        with pytest.raises(IndexError, match="out of range for 53 rows"):
+            lin.dense(a, b)
+
+
+def test_dense_slices_of_fused_parts_join_their_parts():
+    k = 64
+    raws = [(random_blocks("Q8_0", 20, k), "Q8_0"), (random_blocks("Q4_0", 16, k), "Q4_0")]
+    parts = [quant.QuantWeight(lambda r=r: r, t, k, r.shape[0]) for r, t in raws]
+    fused = quant.QuantParts(parts)
+    want = torch.cat([torch.from_numpy(quant.dequantize(r, t)) for r, t in raws])
+    for a, b in ((0, 36), (3, 20), (18, 25), (20, 36), (25, 25)):
+        assert torch.equal(fused.dense(a, b), want[a:b]), (a, b)
+    with pytest.raises(IndexError, match="out of range for 36 rows"):
+        fused.dense(0, 37)
+
+
 @pytest.mark.parametrize("which", ["scale", "min"])
 @pytest.mark.parametrize("half", [0x7C00, 0xFC00, 0x7E00])  # inf, -inf, NaN
 def test_inf_and_nan_scales_are_refused_by_name(which, half):

@@ -49,13 +49,15 @@ def attribute(
     prefix, target = case.ids[:j], case.ids[j]
     saes = {s: engine.saes.config(s) for s in sources}
     sae_hooks = {cfg.hook_name for cfg in saes.values()}
+    below = _first_block(engine, sae_hooks | {d.hook for d in case.directions})
     with engine.decoder.lock:
         path, grads, acts, inputs, lp_full = _gradients(
-            engine, grad_forward, case, prefix, target, sae_hooks, steps
+            engine, grad_forward, case, prefix, target, sae_hooks, steps, below
         )
-        unsteered = _read(engine, prefix, target, {})
-        rows = _rows(engine, case, prefix, target, path, inputs, lp_full)
-        feats = _features(engine, case, prefix, target, saes, grads, acts, n, ablate, lp_full)
+        read = _reader(engine, prefix, target, below)
+        unsteered = read({})
+        rows = _rows(case, read, path, inputs, lp_full)
+        feats = _features(engine, case, read, saes, grads, acts, n, ablate, lp_full)
     token = engine.tokenizer.token_strings([target])[0]
     method = "gradient" if steps == 1 else f"integrated gradient ({steps} steps)"
     return Attribution(case.label, position, token, lp_full - unsteered, rows, feats, method,
@@ -76,12 +78,39 @@ def path_points(steps: int) -> list[tuple[float, float]]:
     return [(float((x + 1) / 2), float(w / 2)) for x, w in zip(nodes, weights, strict=True)]
 
 
-def _gradients(engine, grad_forward, case: Case, prefix, target: int, sae_hooks: set, steps: int):
+def _first_block(engine, names: set[str]) -> int:
+    """The block below which no hook in ``names`` acts, where the runtime can resume there
+    (``Runtime.resumes``); 0 when a hook sits outside the blocks. The blocks under it compute
+    the same residual for every reading, so it is computed once."""
+    if not getattr(engine.model.runtime, "resumes", False):
+        return 0
+    layers = []
+    for name in names:
+        parts = name.split(".")
+        if len(parts) < 3 or parts[0] != "blocks" or not parts[1].isdigit():
+            return 0
+        layers.append(int(parts[1]))
+    return min(layers, default=0)
+
+
+def _resumed(forward: Callable[..., Tensor], tokens: Tensor, below: int) -> Callable[..., Tensor]:
+    """``forward`` with its first ``below`` blocks run once, here, and every call resuming
+    above them (the same values: the blocks there have no hook)."""
+    if not below:
+        return forward
+    with torch.no_grad():
+        resid = forward(tokens, stop_at_layer=below)
+    return lambda tokens, **kw: forward(tokens, start_at_layer=below, resid=resid, **kw)
+
+
+def _gradients(
+    engine, grad_forward, case: Case, prefix, target: int, sae_hooks: set, steps: int, below: int
+):
     """Gradients of the token's log-probability at every steering and SAE hook: integrated
     along the path (``path_points``) for the rows, at the steered run for the features; the
     steered run's activations there, the steering hooks' inputs and its log-probability."""
-    forward = grad_forward()
     tokens = torch.tensor([list(prefix)], device=engine.model.runtime.device)
+    forward = _resumed(grad_forward(), tokens, below)
     names = sae_hooks | {d.hook for d in case.directions}
     path: dict[str, Tensor] = {}
     points = path_points(steps)
@@ -136,16 +165,22 @@ def _token_logprob(logits: Tensor, target: int) -> Tensor:
     return torch.log_softmax(logits[0, -1].float(), -1)[target]
 
 
-def _read(engine, prefix, target: int, ops: Hooks) -> float:
-    """The token's log-probability after ``prefix`` with ``ops`` (exact kernel, no grad)."""
+def _reader(engine, prefix, target: int, below: int) -> Callable[[Hooks], float]:
+    """The token's log-probability after ``prefix`` with given hooks (exact kernel, no
+    grad), the blocks under ``below`` run once for every read."""
     runtime = engine.model.runtime
     tokens = torch.tensor([list(prefix)], device=runtime.device)
-    with torch.no_grad():
-        logits = runtime.forward(tokens, hooks=ops, last_only=True)
-    return float(_token_logprob(logits, target))
+    forward = _resumed(runtime.forward, tokens, below)
+
+    def read(ops: Hooks) -> float:
+        with torch.no_grad():
+            logits = forward(tokens, hooks=ops, last_only=True)
+        return float(_token_logprob(logits, target))
+
+    return read
 
 
-def _rows(engine, case: Case, prefix, target, grads, inputs, lp_full) -> tuple:
+def _rows(case: Case, read, grads, inputs, lp_full) -> tuple:
     out = []
     for i, d in enumerate(case.directions):
         alone = case.ops([d])[d.hook]
@@ -153,7 +188,7 @@ def _rows(engine, case: Case, prefix, target, grads, inputs, lp_full) -> tuple:
         delta = (alone(x[None], 0)[0] - x[None][0]).reshape(x.shape)
         share = float((grads[d.hook] * delta).sum())
         others = [e for k, e in enumerate(case.directions) if k != i]
-        removed = lp_full - _read(engine, prefix, target, case.ops(others))
+        removed = lp_full - read(case.ops(others))
         out.append(RowShare(_row_name(case, i, d), d.field, d.hook, share, removed))
     return tuple(out)
 
@@ -167,14 +202,15 @@ def _row_name(case: Case, i: int, d: Direction) -> str:
     return f"vector {i - n_features} @ {d.hook}"
 
 
-def _features(engine, case, prefix, target, saes: Mapping, grads, acts, n, ablate, lp_full):
+def _features(engine, case, read, saes: Mapping, grads, acts, n, ablate, lp_full):
     if n == 0:
         return ()
+    prefix_len = next(iter(acts.values())).shape[0]
     text = engine.text(case.result.request.prompt, case.completion)  # cached, causal
     bos = bool(text.ids) and text.ids[0] == engine.tokenizer.bos_id
     found = []
     for source, cfg in saes.items():
-        before = engine.feature_values(text, source)[: len(prefix)]  # unsteered
+        before = engine.feature_values(text, source)[:prefix_len]  # unsteered
         found += _moved(
             engine, source, cfg, before, acts[cfg.hook_name], grads[cfg.hook_name], n, bos
         )
@@ -184,7 +220,7 @@ def _features(engine, case, prefix, target, saes: Mapping, grads, acts, n, ablat
         ablated = None
         if ablate:
             hook = saes[c.source].hook_name
-            ablated = lp_full - _ablated(engine, case, prefix, target, hook, c.delta, c.write)
+            ablated = lp_full - _ablated(engine, case, read, hook, c.delta, c.write)
         share = FeatureShare(c.source, c.index, feature_label(engine, c.source, c.index), c.before,
                              c.after, c.attribution, ablated)  # fmt: skip
         out.append(share)
@@ -233,7 +269,7 @@ def _decoder_at_hook(sae, cfg, width: int) -> Tensor:
     return out
 
 
-def _ablated(engine, case, prefix, target, hook: str, dcol: Tensor, write: Tensor) -> float:
+def _ablated(engine, case, read, hook: str, dcol: Tensor, write: Tensor) -> float:
     """The token's log-probability in the steered run with one feature's change taken back
     at its hook (every position)."""
     ops = case.ops(case.directions)
@@ -245,4 +281,4 @@ def _ablated(engine, case, prefix, target, hook: str, dcol: Tensor, write: Tenso
         flat = out.reshape(out.shape[0], out.shape[1], -1)
         return (flat - back[start : start + out.shape[1]]).view(out.shape)
 
-    return _read(engine, prefix, target, {**ops, hook: fn})
+    return read({**ops, hook: fn})

@@ -27,8 +27,8 @@ def dense_weight(lin, start: int = 0, stop: int | None = None) -> Tensor:
     """Rows ``start:stop`` of ``W`` [N, K] of a native-kernel ``Linear``, unpacked from its
     [N/16, K, 16] blocks (or dequantized from GGUF blocks): float32, made for one product."""
     stop = lin.out_features if stop is None else stop
-    if hasattr(lin, "rows"):  # GGUF blocks (quant.QuantLinear): dequantized
-        return lin.rows(torch.arange(start, stop))
+    if hasattr(lin, "rows"):  # GGUF blocks (quant.QuantLinear, QuantParts): dequantized
+        return lin.dense(start, stop)
     blocks = lin.packed[start // 16 : -(-stop // 16)]
     w = blocks.transpose(1, 2).reshape(-1, lin.in_features)
     return w[start % 16 : start % 16 + stop - start]

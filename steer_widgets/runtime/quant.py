@@ -325,6 +325,7 @@ class QuantLinear:
         self.bias = None if bias is None else bias.contiguous()
         self._op = native.op("quant_linear")
         self._rows = native.op("quant_rows")
+        self._dense = native.op("quant_dense")
 
     def __call__(self, x: Tensor) -> Tensor:
         return self._op(x, self.packed, self.out_features, self.qtype, self.bias)
@@ -335,9 +336,14 @@ class QuantLinear:
         packed blocks' padding to 16 rows is no row)."""
         return self._rows(self.packed, ids, self.out_features, self.in_features, self.qtype)
 
-    def dense(self) -> Tensor:
-        """``W`` [out, in] float32, dequantized (for a backward pass; 4-8x the blocks' size)."""
-        return self.rows(torch.arange(self.out_features))
+    def dense(self, start: int = 0, stop: int | None = None) -> Tensor:
+        """Rows ``start:stop`` of ``W`` [out, in] float32, dequantized with ``rows``' values
+        (for a backward pass; 4-8x the blocks' size, so made a slice at a time there). The
+        transpose of a contiguous ``[in, rows]``: the kernel writes that layout fastest, and
+        ``g @ W`` reads it as it is."""
+        stop = self.out_features if stop is None else stop
+        wt = self._dense(self.packed, start, stop, self.out_features, self.in_features, self.qtype)
+        return wt.T
 
     def nbytes(self) -> int:
         """Bytes one product reads: the blocks (scales included) and the bias."""
@@ -392,9 +398,18 @@ class QuantParts:
             start += part.out_features
         return out
 
-    def dense(self) -> Tensor:
-        """``W`` [out, in] float32, dequantized."""
-        return torch.cat([part.dense() for part in self.parts])
+    def dense(self, start: int = 0, stop: int | None = None) -> Tensor:
+        """Rows ``start:stop`` of the fused ``W`` [out, in] float32, each from its part."""
+        stop = self.out_features if stop is None else stop
+        if not 0 <= start <= stop <= self.out_features:
+            raise IndexError(f"rows {start}:{stop} out of range for {self.out_features} rows")
+        pieces, first = [], 0
+        for part in self.parts:
+            lo, hi = max(start - first, 0), min(stop - first, part.out_features)
+            if lo < hi:
+                pieces.append(part.dense(lo, hi))
+            first += part.out_features
+        return torch.cat(pieces) if pieces else torch.empty(0, self.in_features)
 
     def nbytes(self) -> int:
         return sum(part.nbytes() for part in self.parts)

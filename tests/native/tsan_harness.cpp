@@ -33,7 +33,7 @@ namespace {
 
 struct Case {
   std::string name;
-  int64_t kind;  // 0 float, 1 quantized, 2 attention (causal or ragged)
+  int64_t kind;  // 0 float, 1 quantized, 2 attention (causal or ragged), 3 dequantized rows
   int64_t M, K, N, qtype;
   std::vector<float> x, w, bias;
   std::vector<uint8_t> qw;
@@ -68,6 +68,8 @@ void run_case(const Case& c, std::vector<float>& y, int64_t threads) {
     sw::float_linear(c.x.data(), c.w.data(), bias, y.data(), c.M, c.K, c.N, threads);
   } else if (c.kind == 1) {
     sw::quant_linear(c.x.data(), c.qw.data(), bias, y.data(), c.M, c.K, c.N, c.qtype, threads);
+  } else if (c.kind == 3) {  // rows M..N-1 of the matrix (a backward's slice), [K][N - M]
+    sw::quant_dense(c.qw.data(), c.M, c.N - c.M, c.K, c.qtype, y.data(), threads);
   } else {
     const float* q = c.x.data();
     const float* k = c.w.data();
@@ -96,6 +98,13 @@ std::vector<Case> build(std::mt19937& rng) {
                  1, M, K, N, qtype};
           q.x = randn(rng, M * K);
           q.qw = quant_blocks(rng, N, K, qtype);
+          if (M == 1) {  // the same blocks dequantized, from a row inside the first block
+            Case d{"dense" + std::to_string(qtype) + " " + std::to_string(K) + "x" +
+                       std::to_string(N),
+                   3, 5, K, N, qtype};
+            d.qw = q.qw;
+            cases.push_back(std::move(d));
+          }
           cases.push_back(std::move(q));
         }
       }
@@ -146,7 +155,9 @@ std::vector<Case> build(std::mt19937& rng) {
   return cases;
 }
 
-size_t out_size(const Case& c) { return static_cast<size_t>(c.M * c.N); }
+size_t out_size(const Case& c) {
+  return static_cast<size_t>(c.kind == 3 ? c.K * (c.N - c.M) : c.M * c.N);
+}
 
 // an order-dependent draw: element i is the generator's i-th step
 struct Sequence {

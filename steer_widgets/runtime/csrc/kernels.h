@@ -38,6 +38,11 @@ void quant_linear(const float* x, const uint8_t* packed, const float* bias, floa
 // row `id` of the quantized matrix, dequantized into y [K]
 void quant_row(const uint8_t* packed, int64_t id, int64_t K, int64_t qtype, float* y);
 
+// rows [first, first + n) of the quantized matrix, dequantized and transposed into y [K, n]
+// on the pool (a backward's weight: quant_row's values, vectorized)
+void quant_dense(const uint8_t* packed, int64_t first, int64_t n, int64_t K, int64_t qtype,
+                 float* y, int64_t threads);
+
 // y [M, D] = w * (x * rsqrt(mean(x^2) + eps)) for each row of x [M, D]
 void rms_norm(const float* x, const float* w, float* y, int64_t M, int64_t D, float eps);
 

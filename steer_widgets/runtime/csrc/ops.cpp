@@ -118,6 +118,23 @@ at::Tensor quant_rows(const at::Tensor& packed, const at::Tensor& ids_in, int64_
   return y;
 }
 
+// Rows [first, stop) of the quantized matrix of n_out rows, dequantized and transposed:
+// [K, stop - first] float32, quant_rows' values from the forward's vector dequantization on
+// the pool (a backward's weight, remade for each product; transposed, it is written whole
+// lines at a time).
+at::Tensor quant_dense(const at::Tensor& packed, int64_t first, int64_t stop, int64_t n_out,
+                       int64_t K, int64_t qtype) {
+  check_quant(packed, qtype, K);
+  TORCH_CHECK(n_out >= 0 && packed.size(0) == (n_out + sw::kBlock - 1) / sw::kBlock,
+              "packed weight does not match n_out");
+  TORCH_CHECK_INDEX(0 <= first && first <= stop && stop <= n_out, "rows ", first, ":", stop,
+                    " out of range for ", n_out, " rows");
+  auto y = at::empty({K, stop - first}, packed.options().dtype(at::kFloat));
+  sw::quant_dense(packed.data_ptr<uint8_t>(), first, stop - first, K, qtype,
+                  y.data_ptr<float>(), threads_for_kernels());
+  return y;
+}
+
 // RMSNorm of each row of x [..., D] (fp32; copied only where not contiguous), w [D].
 at::Tensor rms_norm(const at::Tensor& x_in, const at::Tensor& w, double eps) {
   TORCH_CHECK(x_in.dim() >= 1 && w.dim() == 1 && x_in.size(-1) == w.size(0),
@@ -298,6 +315,8 @@ TORCH_LIBRARY(steer_widgets, m) {
         &quant_linear);
   m.def("quant_rows(Tensor packed, Tensor ids, int n_out, int K, int qtype) -> Tensor",
         &quant_rows);
+  m.def("quant_dense(Tensor packed, int first, int stop, int n_out, int K, int qtype) -> Tensor",
+        &quant_dense);
   m.def("openmp_threads(int n) -> int", &openmp_threads);
   m.def("kernel_threads() -> int", &kernel_thread_count);
   m.def("pool_workers() -> int", &pool_workers);

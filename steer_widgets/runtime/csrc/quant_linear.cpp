@@ -405,6 +405,42 @@ void quant_linear(const float* x, const uint8_t* packed, const float* bias, floa
   }
 }
 
+namespace {
+// Rows [first, first + n) of W, dequantized column block by column block on the pool, each
+// block through dequant_panel (the forward's own vector dequantization, so gguf's bits, as
+// quant_row's) into a [K][16] panel, written out transposed, y [K][n]: a panel's line is 16
+// neighbouring floats of a y row, so the copy is contiguous (a row-major W took 3x longer).
+template <int64_t T>
+void qdense(const uint8_t* wp, int64_t first, int64_t n, int64_t K, float* y, int64_t threads) {
+  const int64_t b_first = first / kBlock, b_last = (first + n + kBlock - 1) / kBlock;
+  parallel_for(threads, b_first, b_last, 1, [&](int64_t b0, int64_t b1) {
+    std::vector<float> panel(static_cast<size_t>(K * kBlock));
+    for (int64_t b = b0; b < b1; ++b) {
+      dequant_panel<T>(wp, K, b, panel.data());
+      const int64_t lo = std::max(first, b * kBlock), hi = std::min(first + n, (b + 1) * kBlock);
+      const float* src = panel.data() + (lo - b * kBlock);
+      float* dst = y + (lo - first);
+      for (int64_t k = 0; k < K; ++k)
+        std::memcpy(dst + k * n, src + k * kBlock, static_cast<size_t>(hi - lo) * sizeof(float));
+    }
+  });
+}
+}  // namespace
+
+void quant_dense(const uint8_t* packed, int64_t first, int64_t n, int64_t K, int64_t qtype,
+                 float* y, int64_t threads) {
+  if (n == 0) return;
+  switch (qtype) {
+    case kQ4_1: return qdense<kQ4_1>(packed, first, n, K, y, threads);
+    case kQ8_0: return qdense<kQ8_0>(packed, first, n, K, y, threads);
+    case kQ5_1: return qdense<kQ5_1>(packed, first, n, K, y, threads);
+    case kQ4_K: return qdense<kQ4_K>(packed, first, n, K, y, threads);
+    case kQ5_K: return qdense<kQ5_K>(packed, first, n, K, y, threads);
+    case kQ6_K: return qdense<kQ6_K>(packed, first, n, K, y, threads);
+    default: return qdense<kQ4_0>(packed, first, n, K, y, threads);
+  }
+}
+
 void quant_row(const uint8_t* packed, int64_t id, int64_t K, int64_t qtype, float* y) {
   const int64_t groups = K / kQK, G = group_bytes(qtype);
   const int64_t b = id / kBlock, i = id % kBlock;
