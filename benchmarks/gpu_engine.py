@@ -10,7 +10,8 @@ runs ``engine_case`` per dtype; ``--tiny`` runs the same code in seconds on a CP
 Figures per case: whether each output of one request (DEFAULT, STEERED, a sweep of 4) equals
 the same output generated alone, the same for a ragged ``steer_batch`` of 8 requests on
 different prompts (and the batch's time against the 8 solo ``steer`` calls), and for
-``evaluate`` of 6 prompts x 4 strengths (every row against its solo ``steer``).
+``evaluate`` of 6 prompts x 4 strengths (every row against its solo ``steer``); then
+``analysis``: every reading the explorer offers, each "ok" or its error.
 """
 
 from __future__ import annotations
@@ -86,6 +87,16 @@ def _same(a: sw.Completion, b: sw.Completion) -> bool:
     return a == b and a.token_probs == b.token_probs
 
 
+def _where(a: sw.Completion, b: sw.Completion) -> str:
+    """Where two completions part: the first token that differs, or the first probability."""
+    pairs = enumerate(zip(a.token_ids, b.token_ids, strict=False))
+    n = next((i for i, (x, y) in pairs if x != y), None)
+    if n is not None or len(a.token_ids) != len(b.token_ids):
+        return f"token {n if n is not None else min(len(a.token_ids), len(b.token_ids))}"
+    probs = zip(a.token_probs or (), b.token_probs or (), strict=False)
+    return f"probability {next((i for i, (x, y) in enumerate(probs) if x != y), None)}"
+
+
 def engine_case(
     device: str, dtype: torch.dtype, tiny: bool, n_new: int = 24, figures: dict | None = None
 ) -> dict:
@@ -100,8 +111,53 @@ def engine_case(
         figures.update(_one_request(engine, feature, n_new))
         figures.update(_ragged_batch(engine, feature, n_new, device))
         figures.update(_evaluate(engine, feature, n_new))
-    figures["exact"] = all(figures[k] for k in ("steer_exact", "batch_exact", "evaluate_exact"))
+        figures["analysis"] = analysis(engine, feature, n_new)
+    failed = [name for name, r in figures["analysis"].items() if r != "ok"]
+    exact = all(figures[k] for k in ("steer_exact", "batch_exact", "evaluate_exact"))
+    figures["exact"] = exact and not failed
     return figures
+
+
+def analysis(engine: sw.Engine, feature: sw.Feature, n_new: int) -> dict[str, str]:
+    """Every reading the explorer offers, on this device: "ok" or the error, each call on
+    its own (one device run finds every misplaced tensor, not the first)."""
+    prompt, hook = PROMPTS[2], feature_hook(engine, feature)
+    result = engine.steer(
+        sw.SteerRequest(prompt, features=[feature], n_completion_tokens=n_new, temperature=0.0)
+    )
+    completion = result.outputs["STEERED"]
+    when = sw.When(sw.Feature(feature.source, feature.index), above=0.0)
+    calls = {
+        "token_logprobs": lambda: engine.token_logprobs(prompt, completion),
+        "feature_values": lambda: engine.feature_values(engine.text(prompt), feature.source),
+        "activations": lambda: engine.activations(prompt, feature.source, feature.index),
+        "top_features": lambda: engine.top_features(prompt, feature.source, n=5),
+        "top_features_per_token": lambda: engine.top_features_per_token(prompt, feature.source),
+        "neighbours": lambda: engine.neighbours(feature.source, feature.index),
+        "concept_vector": lambda: engine.concept_vector(["ships", "the sea"], ["food"], hook),
+        "decompose": lambda: engine.decompose(
+            engine.vectors(sw.SteerRequest(prompt, features=[feature]))[0], feature.source
+        ),
+        "conditional_steer": lambda: engine.steer(
+            sw.SteerRequest(prompt, features=[feature], when=when, n_completion_tokens=n_new)
+        ),
+        "condition_scores": lambda: engine.condition_scores(when, prompt, completion),
+        "steering_effect": lambda: engine.steering_effect(result),
+        "attribute": lambda: engine.attribute(result, position=1, n=3),
+        "steering_features": lambda: engine.steering_features(result, feature.source, n=5),
+    }
+    out = {}
+    for name, call in calls.items():
+        try:
+            call()
+            out[name] = "ok"
+        except Exception as err:  # recorded: the next call still runs
+            out[name] = f"{type(err).__name__}: {err}"[:500]
+    return out
+
+
+def feature_hook(engine: sw.Engine, feature: sw.Feature) -> str:
+    return engine.saes.config(feature.source).hook_name
 
 
 def _one_request(engine: sw.Engine, feature: sw.Feature, n_new: int) -> dict:
@@ -112,10 +168,11 @@ def _one_request(engine: sw.Engine, feature: sw.Feature, n_new: int) -> dict:
     engine.clear_caches()
     together = engine.steer(req).outputs
     alone = solo(engine, req)
+    differ = {k: _where(together[k], alone[k]) for k in alone if not _same(together[k], alone[k])}
     return {
         "steer_outputs": len(together),
-        "steer_exact": set(together) == set(alone)
-        and all(_same(together[k], alone[k]) for k in alone),
+        "steer_exact": set(together) == set(alone) and not differ,
+        "steer_differs": differ,
         "steered_differs": together["STEERED"] != together["DEFAULT"],
     }
 
@@ -144,10 +201,15 @@ def _ragged_batch(engine: sw.Engine, feature: sw.Feature, n_new: int, device: st
         alone[name] = engine.steer(req).outputs["STEERED"]
         _sync(device)
         solo_s += time.perf_counter() - start
-    exact = all(_same(together[n].outputs["STEERED"], alone[n]) for n in requests)
+    differ = {
+        n: _where(together[n].outputs["STEERED"], alone[n])
+        for n in requests
+        if not _same(together[n].outputs["STEERED"], alone[n])
+    }
     return {
         "batch_requests": len(requests),
-        "batch_exact": exact,
+        "batch_exact": not differ,
+        "batch_differs": differ,  # request -> where it parts from its solo run
         "batch_s": round(batch_s, 3),
         "solo_s": round(solo_s, 3),
         "batch_vs_solo": round(batch_s / solo_s, 3),

@@ -300,3 +300,20 @@ def test_the_blocks_under_every_hook_run_once_per_attribution(engine, by_feature
     assert why.rows and len(why.features) == 2
     assert [runs[i] for i in range(12)] == [2] * 12, runs
     assert min(runs[i] for i in range(12, 30)) >= 6, runs
+
+
+def test_moved_features_read_gradients_of_any_device_and_dtype(engine):
+    """On a GPU the steered run's activations and gradients are device tensors, in bfloat16
+    when the model is, while the SAEs stay in CPU memory in float32 (an H200 run of
+    ``benchmarks/gpu_check.py`` found ``attribute`` mixing them); bfloat16 stands in here."""
+    from steer_widgets.analysis.attribution import _moved
+
+    cfg = engine.saes.config(SOURCE)
+    g = torch.Generator().manual_seed(0)
+    act = torch.randn(4, cfg.d_in, generator=g) * 3
+    grad = torch.randn(4, cfg.d_in, generator=g)
+    before = torch.zeros(4, cfg.d_sae)
+    want = _moved(engine, SOURCE, cfg, before, act, grad, 3, False)
+    got = _moved(engine, SOURCE, cfg, before, act.bfloat16(), grad.bfloat16(), 3, False)
+    assert len(got) == len(want) == 3
+    assert all(isinstance(m.attribution, float) and m.delta.dtype == torch.float32 for m in got)

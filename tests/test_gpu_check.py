@@ -52,6 +52,7 @@ def test_half_precision_path_keeps_rows_exact(tmp_path):
         assert figures["rows_identical"]
         assert figures["logits_max_abs_diff"] < 0.1  # bf16 rounding, not a wrong model
     assert engine["exact"] and engine["steered_differs"], engine
+    assert set(engine["analysis"].values()) == {"ok"} and len(engine["analysis"]) == 13
     assert (engine["steer_outputs"], engine["batch_requests"], engine["evaluate_rows"]) == (
         6,
         8,

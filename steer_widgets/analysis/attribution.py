@@ -242,6 +242,7 @@ def _moved(engine, source: str, cfg, before, act: Tensor, grad: Tensor, n: int, 
     """The ``n`` features of one SAE whose activation moved most at the last position, each
     with gradient x (change of activation x its decoder write) summed over positions."""
     at = act.shape[0] - 1  # the position whose residual predicts the token
+    act, grad = act.float().cpu(), grad.float().cpu()  # SAEs stay in CPU memory, in float32
     with engine.saes.using(source) as (sae,):
         after = sae.encode(act)
         writes = _decoder_at_hook(sae, cfg, grad.shape[-1])  # [d_sae, width]
@@ -279,6 +280,6 @@ def _ablated(engine, case, read, hook: str, dcol: Tensor, write: Tensor) -> floa
     def fn(x: Tensor, start: int) -> Tensor:
         out = steer(x, start) if steer is not None else x
         flat = out.reshape(out.shape[0], out.shape[1], -1)
-        return (flat - back[start : start + out.shape[1]]).view(out.shape)
+        return (flat - back[start : start + out.shape[1]].to(flat.dtype)).view(out.shape)
 
     return read({**ops, hook: fn})
