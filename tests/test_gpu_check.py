@@ -114,10 +114,8 @@ def test_cores_check_runs_tiny(tmp_path):
     assert report["failures"] == []
     assert [r["kernel_threads"] for r in report["stress"].values()] == [3]
     assert all(r["calls"] > 0 and r["wrong"] == 0 for r in report["stress"].values())
-    assert set(report["rows"]) == {"kquants", "mix"}
-    assert all(r["exact"] for r in report["rows"].values())
-    for name in ("mix", "q4_1"):
-        assert set(report["decode"][name]) == {"3"}
-        assert all(r["tokens_per_s"] > 0 for r in report["decode"][name].values())
-    mix, q41 = report["decode"]["mix"]["3"], report["decode"]["q4_1"]["3"]
-    assert mix["mb_per_step"] > q41["mb_per_step"]  # Q5_0 read as Q8_0: more bytes
+    assert set(report["rows"]) == {"mix"} and report["rows"]["mix"]["exact"]
+    assert set(report["decode"]) == {"mix"} and set(report["decode"]["mix"]) == {"3"}
+    mix = report["decode"]["mix"]["3"]
+    assert mix["tokens_per_s"] > 0 and mix["read_gb_s"] > 0
+    assert 30 < mix["mb_per_step"] < 45  # 2 layers' blocks and the Q8_0 embedding
