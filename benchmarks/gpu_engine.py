@@ -26,6 +26,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "tests"))
 from hub_cache import write_tokenizer  # noqa: E402
+from test_evaluate import solo as solo_row  # noqa: E402
 from test_ragged import solo  # noqa: E402
 
 import steer_widgets as sw  # noqa: E402
@@ -223,11 +224,6 @@ def _evaluate(engine: sw.Engine, feature: sw.Feature, n_new: int) -> dict:
     )  # fmt: skip
     exact = ev.complete and len(ev.rows) == 6 * 4
     for row in ev.rows:
-        x1 = ev.steerings[row.steering]
-        req = x1.with_(
-            prompt=ev.prompts[row.prompt_index], types=("STEERED",),
-            strength_multiplier=x1.strength_multiplier * row.strength, **ev.sampling,
-        )  # fmt: skip
-        alone = engine.steer(req).outputs["STEERED"]
+        alone = solo_row(engine, ev, row)
         exact = exact and alone.token_ids == row.token_ids and alone.text == row.text
     return {"evaluate_rows": len(ev.rows), "evaluate_exact": bool(exact)}
