@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TESTS = ROOT / "tests"
 sys.path.insert(0, str(TESTS))
 
-from steer_widgets.runtime import gguf_model, native, quant  # noqa: E402
+from steer_widgets.runtime import gguf_model, native  # noqa: E402
 
 D, LAYERS, FF, HEADS, KV, N_NEW = 576, 30, 1536, 9, 3, 32
 SCALE = {"Q4_0": 4e-3, "Q4_1": 4e-3, "Q8_0": 5e-4, "Q5_0": 2e-3}  # f16 factors: weights ~0.05
@@ -91,27 +91,17 @@ def environment() -> dict:
     }
 
 
-def random_blocks(rng: np.random.Generator, shape: tuple[int, int], name: str) -> np.ndarray:
-    """GGUF rows of ``name``: random codes, f16 factors of modest size."""
-    _, size = quant.TYPES[name]
-    raw = rng.integers(0, 256, (shape[0], shape[1] // quant.WEIGHTS[name], size), dtype=np.uint8)
-    for off in quant.HALVES[name]:
-        half = (np.abs(rng.standard_normal(raw.shape[:2])) * SCALE[name]).astype("<f2")
-        raw[..., off : off + 2] = half[..., None].view(np.uint8)
-    return raw.reshape(shape[0], -1)
-
-
 def write_model(out: Path, tok: dict, types: str, layers: int = LAYERS) -> None:
     """A Llama GGUF of the default model's shapes; ``types`` "mix" or "q4_1" (see above)."""
     from gguf import GGMLQuantizationType as T
-    from test_kquants import llama_writer
+    from test_kquants import k_blocks, llama_writer
 
     rng = np.random.default_rng(0)
     hd, vocab = D // HEADS, len(tok["tokens"])
     w = llama_writer(out, tok, layers, D, FF, HEADS, KV)
 
     def matrix(name: str, shape: tuple[int, int], qtype: str) -> None:
-        w.add_tensor(name, random_blocks(rng, shape, qtype), raw_dtype=T[qtype])
+        w.add_tensor(name, k_blocks(rng, shape, qtype, SCALE[qtype]), raw_dtype=T[qtype])
 
     def floats(name: str) -> None:
         w.add_tensor(name, (1.0 + rng.standard_normal(D) * 0.1).astype(np.float32))

@@ -37,10 +37,11 @@ LAYERS = [("Q5_0", "Q4_K", "Q5_K", "Q6_K"), (("Q5_1", "Q5_1", "Q6_K"), "Q6_K", "
 
 
 def k_blocks(rng: np.random.Generator, shape: tuple[int, int], name: str, d: float) -> np.ndarray:
-    """Valid random GGUF rows of a K-quant (gguf cannot quantize these): random codes and
-    sub-block scales, f16 factors about ``d`` so that the weights stay near 0.1."""
+    """Valid random GGUF rows of any read type (gguf cannot quantize the K-quants): random
+    codes and sub-block scales, f16 factors about ``d`` (0.1-sized weights here; a random
+    model of many layers, ``benchmarks/cores_check.py``, picks smaller ones)."""
     _, size = quant.TYPES[name]
-    raw = rng.integers(0, 256, (shape[0], shape[1] // quant.QK_K, size), dtype=np.uint8)
+    raw = rng.integers(0, 256, (shape[0], shape[1] // quant.WEIGHTS[name], size), dtype=np.uint8)
     for off in quant.HALVES[name]:
         half = (np.abs(rng.standard_normal(raw.shape[:2])) * d).astype("<f2")
         raw[..., off : off + 2] = half[..., None].view(np.uint8)

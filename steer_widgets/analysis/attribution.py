@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from ..runtime.protocol import hook_layer
 from ..steering.requests import Direction
 from .cases import Case, Hooks
 from .engine_view import EngineView
@@ -84,13 +85,8 @@ def _first_block(engine, names: set[str]) -> int:
     the same residual for every reading, so it is computed once."""
     if not getattr(engine.model.runtime, "resumes", False):
         return 0
-    layers = []
-    for name in names:
-        parts = name.split(".")
-        if len(parts) < 3 or parts[0] != "blocks" or not parts[1].isdigit():
-            return 0
-        layers.append(int(parts[1]))
-    return min(layers, default=0)
+    layers = [hook_layer(name) for name in names]
+    return 0 if None in layers else min(layers, default=0)
 
 
 def _resumed(forward: Callable[..., Tensor], tokens: Tensor, below: int) -> Callable[..., Tensor]:
@@ -205,12 +201,11 @@ def _row_name(case: Case, i: int, d: Direction) -> str:
 def _features(engine, case, read, saes: Mapping, grads, acts, n, ablate, lp_full):
     if n == 0:
         return ()
-    prefix_len = next(iter(acts.values())).shape[0]
     text = engine.text(case.result.request.prompt, case.completion)  # cached, causal
     bos = bool(text.ids) and text.ids[0] == engine.tokenizer.bos_id
     found = []
     for source, cfg in saes.items():
-        before = engine.feature_values(text, source)[:prefix_len]  # unsteered
+        before = engine.feature_values(text, source)[: len(acts[cfg.hook_name])]  # unsteered
         found += _moved(
             engine, source, cfg, before, acts[cfg.hook_name], grads[cfg.hook_name], n, bos
         )
