@@ -142,6 +142,16 @@ def test_one_pass_captures_every_concept_hook_it_reaches(engine, sources):
     assert engine.residual_cache.stats()["forwards"] == 0
 
 
+def test_engines_over_one_model_share_its_baselines(engine, sources):
+    """A second Engine over the same model (other SAEs) reads a baseline the first has read
+    without running the model: the statistics depend on the weights and tokenizer alone."""
+    hook = engine.saes.config(sources[0]).hook_name
+    norm = engine.typical_norm(hook)
+    other = sw.Engine(engine.model, saes={"one": engine.saes.config(sources[0]).folder})
+    assert other.typical_norm(hook) == norm
+    assert other.residual_cache.stats()["forwards"] == 0
+
+
 def test_decompose_finds_the_rows_a_vector_was_built_from(engine, sources):
     source = sources[1]
     rows = [engine.saes.decoder_row(source, i) for i in (123, 2048)]

@@ -31,6 +31,8 @@ hard a push is whatever the model or layer.
 from __future__ import annotations
 
 import json
+import threading
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
@@ -240,6 +242,21 @@ def matching_pursuit(w_dec: Tensor, v: Tensor, n: int) -> list[tuple[int, float]
     return picked
 
 
+Stats = LRU[str, dict[str, tuple[Tensor, Tensor]]]
+# Per loaded model: the per-hook statistics of example sets, which depend on the weights and
+# the tokenizer alone, so every Engine over one model (other SAEs, say) shares them and a
+# baseline set runs through the model once per process, not once per Engine.
+_STATS: weakref.WeakKeyDictionary[object, dict[int, Stats]] = weakref.WeakKeyDictionary()
+_STATS_LOCK = threading.Lock()  # engines on other threads share these maps
+
+
+def _model_stats(model) -> Stats:
+    """The statistics cache of ``model`` (its runtime and tokenizer), made on first use."""
+    with _STATS_LOCK:
+        per_tokenizer = _STATS.setdefault(model.runtime, {})
+        return per_tokenizer.setdefault(id(model.tokenizer), LRU(CACHED_SETS))
+
+
 class Concepts:
     """The engine's concept tools, with their caches (examples per concept, typical norms).
 
@@ -250,7 +267,7 @@ class Concepts:
     def __init__(self, engine) -> None:
         self.engine = engine
         self._examples: LRU[str, list[Prompt]] = LRU(CACHED_SETS)
-        self._cache: LRU[str, dict[str, tuple[Tensor, Tensor]]] = LRU(CACHED_SETS)
+        self._cache = _model_stats(engine.model)
 
     def clear(self) -> None:
         """Forget the examples the model wrote (``Engine.clear_caches``)."""
@@ -311,7 +328,8 @@ class Concepts:
 
         key = json.dumps([rows, list(examples)], sort_keys=True)
         pick = ROWS[rows]
-        have = self._cache.get(key) or {}
+        with _STATS_LOCK:
+            have = self._cache.get(key) or {}
         missing = [h for h in dict.fromkeys(hooks) if h not in have]
         if missing:
             deepest = max(hook_layer(h) or 0 for h in missing)
@@ -333,7 +351,8 @@ class Concepts:
                     norms[h].append(picked.norm(dim=-1))
             for h in grab:
                 have[h] = (torch.stack(means[h]), torch.cat(norms[h]))
-            self._cache.put(key, have)
+            with _STATS_LOCK:
+                self._cache.put(key, have)
         return {h: have[h] for h in hooks}
 
     def _concept_hooks(self) -> list[str]:
