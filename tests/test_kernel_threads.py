@@ -43,7 +43,7 @@ def test_stress_at_every_thread_count_equals_one_thread(threads):
     )
     assert report["kernel_threads"] == threads
     ops = {"linear", "Q4_0", "Q4_1", "Q8_0", "attention", "ragged_attention", "rms_norm", "rotary"}
-    ops |= {"Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K", "noise", "dense"}
+    ops |= {"Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K", "noise", "dense", "int8"}
     assert ops | {"queued noise"} <= set(report["calls_by_op"]), report["calls_by_op"]
     assert report["wrong"] == 0, report
 

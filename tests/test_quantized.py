@@ -278,8 +278,25 @@ for name in quant.SUPPORTED:
     for rows in (1, 2, 3, 7, 13):  # the wide, tile and panel paths
         x = torch.randn(rows, k)
         assert torch.equal(lin(x), torch.ops.steer_widgets.rowwise_linear(x, packed, 40)), (name, rows)
-print("OK")
+from tests.test_quantized import int8_digest
+print("OK", int8_digest())
 """
+
+
+def int8_digest() -> str:
+    """A hash of the int8 kernel's outputs for each type it reads and row counts on its
+    tile and tail paths: every build must give these bits."""
+    import hashlib
+
+    digest = hashlib.sha256()
+    for name in quant.INT8_TYPES:
+        raw = random_blocks(name, 40, 96, seed=6)
+        packed = quant.pack_int8(raw, name)
+        for rows in (1, 3, 4, 9):
+            x = torch.randn(rows, 96, generator=torch.Generator().manual_seed(rows))
+            y = native.op("int8_linear")(x, packed, 40, quant.TYPES[name][0], None)
+            digest.update(y.numpy().tobytes())
+    return digest.hexdigest()
 
 
 @pytest.mark.parametrize("variant", [AVX2, SCALAR], ids=["avx2", "scalar"])
@@ -296,6 +313,7 @@ def test_every_instruction_set_path_gives_the_same_bits(variant, kernel_variants
         env=kernel_variants.env(variant), capture_output=True, text=True, timeout=900, cwd=ROOT,
     )  # fmt: skip
     assert proc.returncode == 0 and "OK" in proc.stdout, proc.stderr[-3000:]
+    assert proc.stdout.split()[-1] == int8_digest()  # the int8 kernel's bits are this build's
 
 
 # ------------------------------------------------------------------ any GGUF

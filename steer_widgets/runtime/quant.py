@@ -233,6 +233,34 @@ def pack(raw: np.ndarray, qtype: int | str) -> Tensor:
     return out
 
 
+INT8_TYPES = ("Q4_0", "Q4_1", "Q8_0")  # the types products="int8" reads (Q5_0 as Q8_0)
+
+
+def pack_int8(raw: np.ndarray, qtype: int | str) -> Tensor:
+    """GGUF blocks of an [N, K] matrix -> the int8 kernel's [ceil(N/16), K/32, bytes] layout
+    (csrc/int8_linear.cpp): per 16 columns and 32 k, the scales and mins as f16, then two
+    halves of 8 columns whose 32-bit lanes hold one column's 4 consecutive k. Each group has
+    ``pack``'s size in bytes."""
+    name = type_name(qtype)
+    if name not in (*INT8_TYPES, "Q5_0"):
+        raise QuantizationUnsupported(name, 'products="int8" reads Q4_0, Q4_1, Q5_0 and Q8_0')
+    rows = np.ascontiguousarray(raw, dtype=np.uint8)
+    if name == "Q5_0":
+        rows, name = _q5_0_as_q8_0(rows), "Q8_0"
+    d, m, codes = _split(rows, name)
+    _check_scales(d, name, "scale")
+    parts = [_group_bytes_of(_per_group(d))]
+    if m is not None:
+        _check_scales(m, name, "min")
+        parts.append(_group_bytes_of(_per_group(m)))
+    c = _per_group(codes)  # [nb, G, 16 (column), 32 (k)]
+    c = c.reshape(*c.shape[:2], 2, 8, 8, 4).transpose(0, 1, 2, 4, 3, 5)  # half, quad, col, k
+    if name != "Q8_0":  # low nibble: quad 2l, high nibble: quad 2l + 1
+        c = c[:, :, :, 0::2] | (c[:, :, :, 1::2] << 4)
+    parts.append(_group_bytes_of(c))
+    return torch.from_numpy(np.concatenate(parts, axis=-1))
+
+
 def _pack_rows(rows: np.ndarray, name: str) -> np.ndarray:
     if name == "Q5_0":
         return _pack_blocks(_q5_0_as_q8_0(rows), "Q8_0")

@@ -33,7 +33,8 @@ namespace {
 
 struct Case {
   std::string name;
-  int64_t kind;  // 0 float, 1 quantized, 2 attention (causal or ragged), 3 dequantized rows
+  int64_t kind;  // 0 float, 1 quantized, 2 attention (causal or ragged), 3 dequantized
+                // rows, 4 int8 products
   int64_t M, K, N, qtype;
   std::vector<float> x, w, bias;
   std::vector<uint8_t> qw;
@@ -68,6 +69,8 @@ void run_case(const Case& c, std::vector<float>& y, int64_t threads) {
     sw::float_linear(c.x.data(), c.w.data(), bias, y.data(), c.M, c.K, c.N, threads);
   } else if (c.kind == 1) {
     sw::quant_linear(c.x.data(), c.qw.data(), bias, y.data(), c.M, c.K, c.N, c.qtype, threads);
+  } else if (c.kind == 4) {  // products="int8" (random bytes are valid codes)
+    sw::int8_linear(c.x.data(), c.qw.data(), bias, y.data(), c.M, c.K, c.N, c.qtype, threads);
   } else if (c.kind == 3) {  // rows M..N-1 of the matrix (a backward's slice), [K][N - M]
     sw::quant_dense(c.qw.data(), c.M, c.N - c.M, c.K, c.qtype, y.data(), threads);
   } else {
@@ -104,6 +107,12 @@ std::vector<Case> build(std::mt19937& rng) {
                    3, 5, K, N, qtype};
             d.qw = q.qw;
             cases.push_back(std::move(d));
+          }
+          if (sw::int8_type(qtype)) {  // the int8 kernel on the same bytes
+            Case i8 = q;
+            i8.name = "int8 " + q.name, i8.kind = 4;
+            if (M % 2) i8.bias = randn(rng, N);
+            cases.push_back(std::move(i8));
           }
           cases.push_back(std::move(q));
         }

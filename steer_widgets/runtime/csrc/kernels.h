@@ -35,6 +35,13 @@ constexpr int64_t quant_group_bytes(int64_t t) {  // bytes per 16 columns x 32 k
 void quant_linear(const float* x, const uint8_t* packed, const float* bias, float* y, int64_t M,
                   int64_t K, int64_t N, int64_t qtype, int64_t threads);
 
+// The products="int8" option (int8_linear.cpp): y [M, N] = x @ W.T (+ bias) with each row of
+// x quantized to int8 per 32 k and integer block sums; W packed by quant.py's pack_int8 (the
+// bytes per group of quant_group_bytes). Types: int8_type.
+bool int8_type(int64_t qtype);
+void int8_linear(const float* x, const uint8_t* packed, const float* bias, float* y, int64_t M,
+                 int64_t K, int64_t N, int64_t qtype, int64_t threads);
+
 // row `id` of the quantized matrix, dequantized into y [K]
 void quant_row(const uint8_t* packed, int64_t id, int64_t K, int64_t qtype, float* y);
 

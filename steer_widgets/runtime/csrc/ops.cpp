@@ -77,10 +77,13 @@ void check_quant(const at::Tensor& packed, int64_t qtype, int64_t K) {
               "packed weight does not fit K and qtype");
 }
 
-// x [..., K] (fp32) times a quantized weight packed as [ceil(N/16), K/32, bytes] (uint8):
-// x @ W.T (+ bias), [..., N], W dequantized as gguf does it.
-at::Tensor quant_linear(const at::Tensor& x_in, const at::Tensor& packed, int64_t n_out,
-                        int64_t qtype, const std::optional<at::Tensor>& bias) {
+using QuantKernel = void (*)(const float*, const uint8_t*, const float*, float*, int64_t,
+                             int64_t, int64_t, int64_t, int64_t);
+
+// x [..., K] (fp32) times a quantized weight packed as [ceil(N/16), K/32, bytes] (uint8) by
+// `kernel`: x @ W.T (+ bias), [..., N]
+at::Tensor quant_product(QuantKernel kernel, const at::Tensor& x_in, const at::Tensor& packed,
+                         int64_t n_out, int64_t qtype, const std::optional<at::Tensor>& bias) {
   TORCH_CHECK(x_in.dim() >= 1 && x_in.scalar_type() == at::kFloat, "x must be float32 [..., K]");
   const int64_t K = x_in.size(-1);
   check_quant(packed, qtype, K);
@@ -89,9 +92,22 @@ at::Tensor quant_linear(const at::Tensor& x_in, const at::Tensor& packed, int64_
   const at::Tensor x = x_in.reshape({-1, K}).contiguous();
   const float* bp = bias_of(bias, n_out);
   auto y = output_of(x_in, n_out);
-  sw::quant_linear(x.data_ptr<float>(), packed.data_ptr<uint8_t>(), bp, y.data_ptr<float>(),
-                   x.size(0), K, n_out, qtype, threads_for_kernels());
+  kernel(x.data_ptr<float>(), packed.data_ptr<uint8_t>(), bp, y.data_ptr<float>(), x.size(0), K,
+         n_out, qtype, threads_for_kernels());
   return y;
+}
+
+// W dequantized as gguf does it (the float32 kernel's bits on the dequantized matrix)
+at::Tensor quant_linear(const at::Tensor& x, const at::Tensor& packed, int64_t n_out,
+                        int64_t qtype, const std::optional<at::Tensor>& bias) {
+  return quant_product(sw::quant_linear, x, packed, n_out, qtype, bias);
+}
+
+// products="int8": x's rows quantized to int8 per 32 k, W packed by quant.py's pack_int8
+at::Tensor int8_linear(const at::Tensor& x, const at::Tensor& packed, int64_t n_out,
+                       int64_t qtype, const std::optional<at::Tensor>& bias) {
+  TORCH_CHECK(sw::int8_type(qtype), "int8 products read qtype 2, 3 or 8");
+  return quant_product(sw::int8_linear, x, packed, n_out, qtype, bias);
 }
 
 // Rows `ids` (int64 [...]) of the quantized matrix of n_out rows, dequantized: [..., K]
@@ -313,6 +329,8 @@ TORCH_LIBRARY(steer_widgets, m) {
         &ragged_attention);
   m.def("quant_linear(Tensor x, Tensor packed, int n_out, int qtype, Tensor? bias=None) -> Tensor",
         &quant_linear);
+  m.def("int8_linear(Tensor x, Tensor packed, int n_out, int qtype, Tensor? bias=None) -> Tensor",
+        &int8_linear);
   m.def("quant_rows(Tensor packed, Tensor ids, int n_out, int K, int qtype) -> Tensor",
         &quant_rows);
   m.def("quant_dense(Tensor packed, int first, int stop, int n_out, int K, int qtype) -> Tensor",

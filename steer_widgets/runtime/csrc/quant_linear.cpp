@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "float_tiles.h"
+#include "half.h"
 #include "kernels.h"
 #include "pool.h"
 
@@ -57,20 +58,6 @@ constexpr bool has_offset(int64_t t) { return t == kQ5_1 || t == kQ4_K || t == k
 constexpr int64_t codes_at(int64_t t) { return 64 * subs(t) + (has_offset(t) ? 64 : 0); }
 constexpr int64_t lines_per_load(int64_t t) { return t == kQ8_0 ? 1 : 2; }  // 16 bytes each
 constexpr int64_t group_bytes(int64_t t) { return quant_group_bytes(t); }
-
-// f16 -> f32, exact (subnormal halves are normal floats; inf and NaN are refused at load)
-inline float half_to_float(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  const uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
-  float f;
-  if (exp == 0) {
-    f = std::ldexp(static_cast<float>(mant), -24);
-    return sign ? -f : f;
-  }
-  const uint32_t bits = sign | ((exp == 31 ? 255u : exp + 112u) << 23) | (mant << 13);
-  std::memcpy(&f, &bits, sizeof f);
-  return f;
-}
 
 // the code of column i at k = kk (0..31) of a group, from the group's codes
 inline float code(int64_t t, const uint8_t* codes, int64_t kk, int64_t i) {

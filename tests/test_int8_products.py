@@ -1,0 +1,110 @@
+"""The int8 kernel (csrc/int8_linear.cpp): GGUF blocks times each row's int8 codes.
+
+Its contract, checked here on this machine's build (the other instruction sets' builds give
+the same bits: ``test_quantized.py``'s variants): the documented arithmetic (each row's codes
+per 32 k, integer block sums, one fixed order of float operations), each row exactly its solo
+result at any row count and thread count, and no integer sum that overflows."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from test_quantized import random_blocks
+
+from steer_widgets.runtime import native, quant
+from steer_widgets.runtime.quant import pack_int8
+
+pytestmark = pytest.mark.skipif(native.extension() is None, reason="needs the native kernel")
+TYPES = ("Q4_0", "Q4_1", "Q8_0", "Q5_0")
+
+
+def product(x: torch.Tensor, raw: np.ndarray, name: str, bias=None) -> torch.Tensor:
+    n = raw.shape[0]
+    read = "Q8_0" if name == "Q5_0" else name  # Q5_0 is read as the Q8_0 of its weights
+    op = native.op("int8_linear")
+    return op(x, pack_int8(raw, name), n, quant.TYPES[read][0], bias)
+
+
+def formula(x: torch.Tensor, raw: np.ndarray, name: str) -> np.ndarray:
+    """The int8 arithmetic in float64, from gguf's own decoding of the blocks."""
+    m, k = x.shape
+    xs = x.numpy().reshape(m, k // 32, 32)
+    amax = np.abs(xs).max(-1, keepdims=True)
+    inv = np.where(amax > 0, np.float32(127) / np.where(amax > 0, amax, 1), 0).astype(np.float32)
+    qx = np.clip(np.rint(xs * inv), -127, 127)  # rint: half to even, as the kernel
+    dx = (amax / np.float32(127)).astype(np.float32).astype(np.float64)
+    weights = quant.dequantize(raw, name).astype(np.float64)  # gguf's d * q (+ m)
+    return ((qx * dx).reshape(m, k)) @ weights.T
+
+
+@pytest.mark.parametrize("name", TYPES)
+def test_the_products_follow_their_formula(name):
+    k = 96
+    raw = random_blocks(name, 40, k, seed=3)
+    x = torch.randn(9, k, generator=torch.Generator().manual_seed(1))
+    x[2, :32] = 0.0  # a block of zeros: scale 0, codes 0
+    got = product(x, raw, name).double().numpy()
+    want = formula(x, raw, name)
+    scale = np.abs(quant.dequantize(raw, name)).max() * np.abs(x.numpy()).max() * k
+    assert np.abs(got - want).max() <= 1e-6 * scale
+    assert np.isfinite(got).all()
+    bias = torch.randn(40)
+    assert torch.equal(product(x, raw, name, bias), product(x, raw, name) + bias)
+
+
+@pytest.mark.parametrize("name", TYPES)
+def test_every_row_count_gives_each_row_its_solo_bits(name):
+    """Rows tile in fours: 1-64 rows, each row alone, in another order, at any position."""
+    k = 128
+    raw = random_blocks(name, 50, k, seed=4)
+    x = torch.randn(64, k, generator=torch.Generator().manual_seed(2))
+    solo = torch.cat([product(x[i : i + 1], raw, name) for i in range(64)])
+    for rows in (2, 3, 4, 5, 7, 12, 13, 64):
+        assert torch.equal(product(x[:rows], raw, name), solo[:rows]), rows
+    order = torch.randperm(64, generator=torch.Generator().manual_seed(3))
+    assert torch.equal(product(x[order], raw, name), solo[order])
+
+
+def test_thread_counts_do_not_change_a_bit():
+    """Oversubscribed on purpose: the pool at 1 to 16 threads on this machine's cores."""
+    raw = random_blocks("Q4_1", 700, 256, seed=5)
+    x = torch.randn(13, 256, generator=torch.Generator().manual_seed(5))
+    threads = torch.get_num_threads()
+    try:
+        results = []
+        for n in (1, 2, 3, 8, 16):
+            torch.set_num_threads(n)
+            results.append(product(x, raw, "Q4_1"))
+    finally:
+        torch.set_num_threads(threads)
+    assert all(torch.equal(r, results[0]) for r in results)
+
+
+@pytest.mark.parametrize("name", ("Q4_0", "Q4_1", "Q8_0"))
+def test_integer_sums_cannot_overflow_at_the_limits(name):
+    """Every code at its largest magnitude against activations at +-127: sums that would wrap
+    an int16 lane (or saturate a pair) give wrong signs and sizes, not a small error."""
+    size = quant.TYPES[name][1]
+    k, n = 64, 16
+    blocks = np.zeros((n, k // 32, size), dtype=np.uint8)
+    blocks[..., 0:2] = np.frombuffer(np.float16(1.0).tobytes(), np.uint8)  # d = 1
+    if name == "Q8_0":
+        codes = np.where(np.arange(n)[:, None, None] % 2, 0x80, 0x7F)  # -128 or 127
+        blocks[..., 2:] = np.broadcast_to(codes, blocks[..., 2:].shape)
+    else:  # every nibble 15
+        blocks[..., size - 16 :] = 0xFF
+    raw = blocks.reshape(n, -1)
+    x = torch.full((3, k), 1.0)
+    x[1] = -1.0
+    x[2, ::2] = -1.0
+    got = product(x, raw, name).double().numpy()
+    want = formula(x, raw, name)
+    assert np.abs(got - want).max() <= 1e-5 * np.abs(want).max()
+    assert (np.abs(want[:2]) > 447).all()  # every product at its limit, none cancelled
+
+
+def test_only_the_types_it_reads_are_packed():
+    raw = random_blocks("Q4_K", 16, 256)
+    with pytest.raises(quant.QuantizationUnsupported, match="Q4_K"):
+        pack_int8(raw, "Q4_K")
