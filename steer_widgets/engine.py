@@ -54,6 +54,18 @@ _default_lock = threading.Lock()
 _KINDS: dict[str, type[Engine]] = {}  # filled by subclasses declared with kind= (remote/engine.py)
 
 
+def check_products_of(model: LoadedModel, products: str | None) -> None:
+    """``products`` names how a model multiplies, fixed when it was loaded: an Engine over a
+    loaded model takes the model's (None) or refuses another by name."""
+    have = model.runtime.products
+    if products is not None and products != have:
+        raise RequestError(
+            "products",
+            f"the model was loaded with products={have!r}, not {products!r}: "
+            f"load_model(..., products={products!r}) loads it so",
+        )
+
+
 @public_methods
 class Engine:
     """A model plus SAEs, ready to steer.
@@ -72,12 +84,15 @@ class Engine:
         device: str | Sequence[str] = "cpu",
         dtype: torch.dtype = torch.float32,
         backend: str = "auto",
+        products: str | None = None,
     ) -> None:
         check_locations(saes)
         checks.integer("sae_budget_bytes", sae_budget_bytes, lo=0)
-        self.model = (
-            model if isinstance(model, LoadedModel) else load_model(model, device, dtype, backend)
-        )
+        if isinstance(model, LoadedModel):
+            check_products_of(model, products)
+            self.model = model
+        else:
+            self.model = load_model(model, device, dtype, backend, products=products or "float32")
         runtime = self.model.runtime
         self.saes = SAEStore(
             runtime.hook_widths(),

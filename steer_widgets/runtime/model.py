@@ -68,6 +68,7 @@ def load_model(
     backend: str = "auto",
     kernel: str = DEFAULT_KERNEL,
     quantized: bool | None = None,
+    products: str = "float32",
 ) -> LoadedModel:
     """Load ``name``: the offline default, a local folder, a ``.gguf`` file, or a hub model
     (network needed).
@@ -88,17 +89,25 @@ def load_model(
     logits as their float32 copy, bit for bit, from a fifth of the bytes): None or True
     for the default model and ``.gguf`` files; False reads the float32 copy (the default
     model's is converted once into the user cache, 540 MB).
+    ``products``: how the native kernel multiplies GGUF blocks. "float32", the default, is
+    bit for bit the float32 copy's products; "int8" quantizes each row of activations to
+    8 bits per 32 weights and sums integer products (llama.cpp's arithmetic, about 2x faster
+    here; ``docs/determinism.md``): every row still equals its solo run at any thread count,
+    and the logits differ from float32's by the activations' rounding. "int8" reads Q4_0,
+    Q4_1, Q5_0 and Q8_0 files on a CPU with the native kernel, and is refused by name
+    elsewhere.
     """
     _check_load(name, device, dtype, backend, kernel)
     if quantized is not None and not isinstance(quantized, bool):
         raise RequestError("quantized", f"must be True, False or None, got {quantized!r}")
     hub_id: str | None = None
     gguf = _gguf_file(name, quantized)
+    _check_products(products, name, gguf, device, dtype, backend, kernel)
     if gguf is not None and backend != "transformer_lens":
         from .gguf_model import load_gguf
 
         runtime, tokenizer, stops = load_gguf(
-            gguf, _one_device(device), dtype, kernel, quantized is not False
+            gguf, _one_device(device), dtype, kernel, quantized is not False, products
         )
         hub_id = DEFAULT_MODEL if name == DEFAULT_MODEL else None
         return LoadedModel(str(name), runtime, tokenizer, None, hub_id, stop_ids=stops)
@@ -160,6 +169,34 @@ def _check_load(name, device, dtype, backend, kernel) -> None:
         raise RequestError("dtype", f"must be a floating torch.dtype, got {dtype!r}")
     if not isinstance(kernel, str):
         raise RequestError("kernel", f"must be a kernel name, got {kernel!r}")
+
+
+def _check_products(products, name, gguf: Path | None, device, dtype, backend, kernel) -> None:
+    """``products`` against everything else asked of the load, before anything is read."""
+    from . import native
+    from .quant import PRODUCTS
+
+    if not isinstance(products, str) or products not in PRODUCTS:
+        raise RequestError("products", f"must be one of {PRODUCTS}, got {products!r}")
+    if products == "float32":
+        return
+    refusal = (
+        f"{name!r} is not a GGUF file: int8 products read GGUF blocks"
+        if gguf is None
+        else "the transformer_lens backend computes in float32"
+        if backend == "transformer_lens"
+        else f"device {device!r}: int8 products run on the CPU"
+        if _one_device(device) != "cpu" or not isinstance(device, str)
+        else f"dtype {dtype}: int8 products take float32 activations"
+        if dtype != torch.float32
+        else f'kernel {kernel!r}: int8 products are a "native" kernel'
+        if kernel != "native"
+        else "the native kernel could not be built here (no C++ compiler?)"
+        if native.extension() is None
+        else None
+    )
+    if refusal:
+        raise RequestError("products", f'"int8" cannot apply: {refusal}; use "float32"')
 
 
 def _one_device(device: str | Sequence[str]) -> str:

@@ -92,6 +92,7 @@ class Runtime(Protocol):
     # whether ``forward`` takes ``rows``: cache rows at positions of their own, one token
     # each (a ragged batch); ``generation.decode`` needs it, since finished rows leave the batch
     ragged: bool
+    products: str  # how quantized matrices multiply: "float32" or "int8" (quant.PRODUCTS)
     unembed_weight: Tensor  # [vocab, d_model]
 
     @property

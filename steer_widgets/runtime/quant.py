@@ -261,6 +261,25 @@ def pack_int8(raw: np.ndarray, qtype: int | str) -> Tensor:
     return torch.from_numpy(np.concatenate(parts, axis=-1))
 
 
+def unpack_int8(packed: Tensor, name: str, n: int) -> np.ndarray:
+    """``pack_int8``'s layout back to the GGUF rows [n, K/32 * bytes] it came from (a
+    ``Q5_0`` matrix as the ``Q8_0`` rows of its weights): the float32 layout is packed from
+    these on demand, so an int8 model holds no second copy of its file."""
+    p = packed.numpy()
+    nb, groups, _ = p.shape
+    halves = 2 if name == "Q4_1" else 1
+    scales = p[..., : 32 * halves].reshape(nb, groups, halves, 16, 2)  # f16 bytes per column
+    codes = p[..., 32 * halves :].reshape(nb, groups, 2, -1, 8, 4)  # half, line, col, k
+    if name != "Q8_0":  # line l: quads 2l (low nibbles) and 2l + 1 (high)
+        codes = np.stack([codes & 0x0F, codes >> 4], axis=4)  # half, line, nibble, col, k
+    codes = codes.reshape(nb, groups, 2, 8, 8, 4).transpose(0, 1, 2, 4, 3, 5)  # half, col, q, k
+    codes = codes.reshape(nb, groups, 16, 32)  # column, k
+    if name != "Q8_0":  # GGUF's byte j: k = j in the low nibble, k = j + 16 in the high one
+        codes = codes[..., :16] | (codes[..., 16:] << 4)
+    blocks = np.concatenate([*np.moveaxis(scales, 2, 0), codes], axis=-1)  # [nb, G, 16, bytes]
+    return np.ascontiguousarray(blocks.transpose(0, 2, 1, 3)).reshape(nb * 16, -1)[:n]
+
+
 def _pack_rows(rows: np.ndarray, name: str) -> np.ndarray:
     if name == "Q5_0":
         return _pack_blocks(_q5_0_as_q8_0(rows), "Q8_0")
@@ -329,16 +348,27 @@ class QuantWeight:
         )
 
 
+PRODUCTS = ("float32", "int8")  # how a quantized matrix multiplies (QuantLinear)
+
+
 class QuantLinear:
     """``y = x @ W.T (+ bias)`` with ``W`` [out, in] held as GGUF blocks (``Linear``'s
-    interface, kernel "native"): the bits of the float32 native kernel on ``W`` dequantized
-    as gguf does it."""
+    interface, kernel "native"). ``products="float32"``: the bits of the float32 native kernel
+    on ``W`` dequantized as gguf does it. ``products="int8"`` (``INT8_TYPES`` and ``Q5_0``):
+    each row of x quantized to int8 per 32 k and integer block sums (csrc/int8_linear.cpp),
+    still exact per row; ``rows`` and ``dense`` (embedding lookups, a backward) then read a
+    float32-layout copy packed on first use."""
 
     kernel = "native"
     element_size = 4  # the float32 a weight becomes (what the float32 path would read)
 
     def __init__(
-        self, raw: np.ndarray, qtype: int | str, in_features: int, bias: Tensor | None = None
+        self,
+        raw: np.ndarray,
+        qtype: int | str,
+        in_features: int,
+        bias: Tensor | None = None,
+        products: str = "float32",
     ) -> None:
         self.qtype_name = type_name(qtype)  # the file's type
         _, block_bytes = TYPES[self.qtype_name]
@@ -349,20 +379,33 @@ class QuantLinear:
                 self.qtype_name, f"rows of {raw.shape[1]} bytes do not hold {in_features} weights"
             )
         self.out_features, self.in_features = raw.shape[0], in_features
-        self.packed = pack(raw, self.qtype_name)
+        self.products = products
         self.bias = None if bias is None else bias.contiguous()
-        self._op = native.op("quant_linear")
+        if products == "int8":
+            self.packed, self._float_packed = pack_int8(raw, self.qtype_name), None
+            self._op = native.op("int8_linear")
+        else:
+            self.packed = self._float_packed = pack(raw, self.qtype_name)
+            self._op = native.op("quant_linear")
         self._rows = native.op("quant_rows")
         self._dense = native.op("quant_dense")
 
     def __call__(self, x: Tensor) -> Tensor:
         return self._op(x, self.packed, self.out_features, self.qtype, self.bias)
 
+    def _float_layout(self) -> Tensor:
+        """The float32 kernel's packing, which ``rows`` and ``dense`` read."""
+        if self._float_packed is None:
+            read = "Q8_0" if self.qtype_name == "Q5_0" else self.qtype_name
+            self._float_packed = pack(unpack_int8(self.packed, read, self.out_features), read)
+        return self._float_packed
+
     def rows(self, ids: Tensor) -> Tensor:
         """Rows ``ids`` of ``W``, dequantized (an embedding lookup): [..., in] float32. An id
         outside ``[0, out_features)`` is an ``IndexError``, as ``F.embedding`` raises (the
         packed blocks' padding to 16 rows is no row)."""
-        return self._rows(self.packed, ids, self.out_features, self.in_features, self.qtype)
+        packed = self._float_layout()
+        return self._rows(packed, ids, self.out_features, self.in_features, self.qtype)
 
     def dense(self, start: int = 0, stop: int | None = None) -> Tensor:
         """Rows ``start:stop`` of ``W`` [out, in] float32, dequantized with ``rows``' values
@@ -370,7 +413,8 @@ class QuantLinear:
         transpose of a contiguous ``[in, rows]``: the kernel writes that layout fastest, and
         ``g @ W`` reads it as it is."""
         stop = self.out_features if stop is None else stop
-        wt = self._dense(self.packed, start, stop, self.out_features, self.in_features, self.qtype)
+        packed = self._float_layout()
+        wt = self._dense(packed, start, stop, self.out_features, self.in_features, self.qtype)
         return wt.T
 
     def nbytes(self) -> int:
@@ -390,7 +434,9 @@ class QuantParts:
     kernel = "native"
     element_size = 4
 
-    def __init__(self, parts: list[QuantWeight], bias: Tensor | None = None) -> None:
+    def __init__(
+        self, parts: list[QuantWeight], bias: Tensor | None = None, products: str = "float32"
+    ) -> None:
         runs: list[list[QuantWeight]] = []  # neighbours of one type fuse: q and k, then v
         for p in parts:
             if runs and kernel_type(runs[-1][0].qtype) == kernel_type(p.qtype):
@@ -401,7 +447,7 @@ class QuantParts:
         sizes = [w.out_features for w in fused]
         biases = [None] * len(fused) if bias is None else list(torch.split(bias, sizes))
         self.parts = [
-            QuantLinear(w.read(), w.qtype, w.in_features, bias=b)
+            QuantLinear(w.read(), w.qtype, w.in_features, bias=b, products=products)
             for w, b in zip(fused, biases, strict=True)
         ]
         self.in_features, self.out_features = parts[0].in_features, sum(sizes)

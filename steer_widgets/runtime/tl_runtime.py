@@ -60,6 +60,7 @@ class TransformerLensRuntime:
 
     resumes = False  # every prefill runs from the embedding
     ragged = True  # each row decodes on its own cache, at its own position
+    products = "float32"  # TransformerLens computes every product in the model's dtype
 
     def __init__(self, model) -> None:
         self.tl = model.eval()

@@ -229,13 +229,16 @@ class Transformer:
         device: str | Sequence[str] = "cpu",
         dtype: torch.dtype | None = None,
         kernel: str = DEFAULT_KERNEL,
+        products: str = "float32",
     ) -> None:
         """``kernel``: how decode rows share matrix products (``linear.KERNELS``): "native"
         (the CPU default: our compiled kernel, one pass over the weights for all rows, the
         fastest for one row and for several), "onednn" (what "native" falls back to when it
-        cannot be built) or "rows" (a matrix-vector product per row). GPUs use "rows"."""
+        cannot be built) or "rows" (a matrix-vector product per row). GPUs use "rows".
+        ``products``: how GGUF blocks multiply (``quant.PRODUCTS``); matrices stored as
+        floats, and a fused q/k/v of types read apart, stay float32 products in every pass."""
         dtype = dtype or torch.float32
-        self.cfg, self.dtype, self.kernel = cfg, dtype, kernel
+        self.cfg, self.dtype, self.kernel, self.products = cfg, dtype, kernel, products
         self.layer_devices = place_layers(device, cfg.n_layers)
         self.device, last = self.layer_devices[0], self.layer_devices[-1]
         self.act = ACTIVATIONS[cfg.act]
@@ -299,11 +302,13 @@ class Transformer:
             fused = QuantWeight.cat(parts)
             b = None if bias is None else bias.to(dtype=torch.float32)
             if fused is not None:
-                return QuantLinear(fused.read(), fused.qtype, fused.in_features, bias=b)
+                return QuantLinear(
+                    fused.read(), fused.qtype, fused.in_features, bias=b, products=self.products
+                )
             if all(isinstance(p, QuantWeight) for p in parts) and (
                 len({p.in_features for p in parts}) == 1
             ):  # q, k and v of two types
-                return QuantParts(parts, bias=b)
+                return QuantParts(parts, bias=b, products=self.products)
             parts = [p.dequantize() if isinstance(p, QuantWeight) else p for p in parts]
         weight = torch.cat(parts)
         return Linear(

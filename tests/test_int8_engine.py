@@ -1,0 +1,120 @@
+"""``products="int8"`` on the default model: every route still gives each row its solo
+tokens and probabilities, at any thread count, and every place it cannot apply is a named
+refusal before anything loads. (The kernel itself: ``test_int8_products.py``.)"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from test_evaluate import check_rows_exact
+from test_quantized import random_blocks
+from test_ragged import batch_requests, same, solo
+
+import steer_widgets as sw
+from steer_widgets.runtime import native, quant
+
+pytestmark = pytest.mark.skipif(native.extension() is None, reason="needs the native kernel")
+
+
+@pytest.fixture(scope="module")
+def engine8():
+    return sw.Engine(sw.load_model(products="int8"))
+
+
+def test_the_engine_reads_int8_blocks_and_its_logits_stay_near_float32(engine8, engine):
+    runtime = engine8.model.runtime
+    assert runtime.products == "int8"
+    assert {lin.products for layer in runtime.layers for lin in (layer.wqkv, layer.w_down)} == {
+        "int8"
+    }
+    ids = torch.tensor([engine.text("The ocean is deep and").ids])
+    want, got = engine.model.runtime.forward(ids)[0], runtime.forward(ids)[0]
+    assert not torch.equal(got, want)  # the activations' rounding shows
+    assert torch.equal(got.argmax(-1), want.argmax(-1))  # and changes no greedy token here
+    # the embedding lookups read the float32 layout: the same rows as the float32 model's
+    rows = torch.tensor([0, 5, 49151])
+    assert torch.equal(runtime.embed.rows(rows), engine.model.runtime.embed.rows(rows))
+
+
+def test_a_ragged_batch_equals_each_request_alone(engine8, sources):
+    requests = batch_requests(engine8, sources)
+    solos = {name: solo(engine8, r) for name, r in requests.items()}
+    engine8.clear_caches()
+    got = engine8.steer_batch(requests)
+    for name, result in got.items():
+        for label, completion in result.outputs.items():
+            assert same(completion, solos[name][label]), (name, label)
+
+
+def test_thread_counts_give_the_same_tokens(engine8, sources):
+    request = sw.SteerRequest(
+        "Tell me about the sea.", features=[sw.Feature(sources[1], 11, 40.0)], sweep=(2.0,),
+        n_completion_tokens=12, temperature=0.8, seed=4,
+    )  # fmt: skip
+    threads, results = torch.get_num_threads(), []
+    try:
+        for n in (1, 3, 8):
+            torch.set_num_threads(n)
+            engine8.clear_caches()
+            results.append(engine8.steer(request).outputs)
+    finally:
+        torch.set_num_threads(threads)
+    assert results[0] == results[1] == results[2]
+
+
+def test_evaluate_rows_equal_their_solo_runs(engine8, sources):
+    steering = sw.SteerRequest("x", features=[sw.Feature(sources[-1], 3, 30.0)])
+    ev = engine8.evaluate(
+        steering, prompts=["I think", "The city"], strengths=(1.0, 2.0), progress=False,
+        n_completion_tokens=6, temperature=0.7, seed=2,
+    )  # fmt: skip
+    check_rows_exact(engine8, ev)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "says"),
+    [
+        ({"products": "int4"}, "one of"),
+        ({"products": None}, "one of"),
+        ({"products": "int8", "quantized": False}, "not a GGUF"),
+        ({"products": "int8", "backend": "transformer_lens"}, "transformer_lens"),
+        ({"products": "int8", "device": "meta"}, "CPU"),
+        ({"products": "int8", "dtype": torch.bfloat16}, "float32 activations"),
+        ({"products": "int8", "kernel": "onednn"}, "native"),
+    ],
+)
+def test_where_int8_cannot_apply_it_is_refused_by_name(kwargs, says):
+    with pytest.raises(sw.RequestError, match=says) as err:
+        sw.load_model(**kwargs)
+    assert err.value.field == "products"
+
+
+def test_a_file_of_other_block_types_is_refused_before_packing(tmp_path, monkeypatch):
+    """A Q4_K matrix: refused by name, naming the tensor and its type."""
+    from steer_widgets.runtime import gguf_model
+
+    index = {"architecture": "llama", "tensors": [["blk.0.ffn_down.weight", 12, [256, 16], 0, 1]]}
+    with pytest.raises(sw.RequestError, match="blk.0.ffn_down.weight is Q4_K"):
+        gguf_model.check_int8_types(index)
+    index["tensors"][0][1] = 3  # Q4_1
+    gguf_model.check_int8_types(index)
+
+
+def test_an_engine_takes_its_models_products_or_refuses_another(engine8, engine):
+    assert sw.Engine(engine8.model, saes={}).model.runtime.products == "int8"
+    with pytest.raises(sw.RequestError, match="loaded with products='float32'") as err:
+        sw.Engine(engine.model, saes={}, products="int8")
+    assert err.value.field == "products"
+
+
+def test_the_float32_layout_comes_back_from_the_int8_one():
+    """An int8 matrix holds one copy of its blocks: the float32 layout its lookups and its
+    backward read is repacked from it, and equals the one packed from the file."""
+    for name in ("Q4_0", "Q4_1", "Q8_0", "Q5_0"):
+        raw = random_blocks(name, 40, 96, seed=7)
+        read = "Q8_0" if name == "Q5_0" else name
+        back = quant.unpack_int8(quant.pack_int8(raw, name), read, 40)
+        assert torch.equal(quant.pack(back, read), quant.pack(raw, name)), name
+        lin8 = quant.QuantLinear(raw, name, 96, products="int8")
+        lin = quant.QuantLinear(raw, name, 96)
+        assert torch.equal(lin8.dense(), lin.dense())
