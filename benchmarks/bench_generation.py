@@ -5,6 +5,9 @@
 same logits, bit for bit). llama.cpp on the same GGUF where ``SW_LLAMA_CPP_PYTHON`` names an
 interpreter with llama-cpp-python (a throwaway venv: never a dependency; see
 ``llama_cpp_rate.py``). SW_BENCH_NEW_TOKENS shortens the run for a smoke test.
+``ours_int8_*``: the same blocks with ``products="int8"`` (each row's activations as int8,
+integer products; ``int8_greedy_tokens_equal_*``: how many of the first greedy tokens equal
+the float32 path's and llama.cpp's before they part).
 ``ours_quant_vs_bound`` is measured on the decode steps alone (the first token comes from the
 prompt's prefill, reported apart as ``ours_quant_prefill_ms``): the bound is one read of the
 weights per step, which a prefill is not.
@@ -59,6 +62,40 @@ def _on_a_thread(fn):
     return out["value"]
 
 
+def _int8_figures(qengine, ids: list[int], quant_ids: list[int]) -> dict:
+    """``products="int8"`` on the same file: speed at both thread counts, decode steps alone,
+    and how far its greedy tokens and last-position logits stay with the float32 path's."""
+    import steer_widgets as sw
+
+    engine8 = sw.Engine(sw.load_model(products="int8"), saes=[])
+    int8_ids = _ours(engine8, ids)
+    runs = [timed_run(lambda: _ours(engine8, ids), engine8.model.runtime) for _ in range(3)]
+    wall, decode = min(w for w, _ in runs), min(d for _, d in runs)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    wall_1t = best_of(lambda: _ours(engine8, ids))
+    torch.set_num_threads(threads)
+    x = torch.tensor([ids])
+    want, got = qengine.model.runtime.forward(x)[0], engine8.model.runtime.forward(x)[0]
+    return {
+        "tokens": int8_ids,
+        "ours_int8_tokens_per_s": N_NEW / wall,
+        "ours_int8_tokens_per_s_1_thread": N_NEW / wall_1t,
+        "ours_int8_decode_tokens_per_s": (N_NEW - 1) / decode,
+        "ours_int8_prefill_ms": min(w - d for w, d in runs) * 1e3,
+        "int8_greedy_tokens_equal_float32": _agreed(int8_ids, quant_ids),
+        "int8_prompt_top1_equal_float32": float((got.argmax(-1) == want.argmax(-1)).float().mean()),
+        "int8_logits_max_abs_diff": float((got - want).abs().max()),
+    }
+
+
+def _agreed(a: list[int], b: list[int]) -> int:
+    """How many first tokens two greedy runs share."""
+    return next(
+        (i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b))
+    )
+
+
 def _load_profile(quantized: bool) -> dict:
     """Load time and peak resident memory (imports included) of the default model in a
     fresh process, after a first load has converted what it caches."""
@@ -111,6 +148,8 @@ def run() -> dict:
     quant_decode_s = min(decode for _, decode in runs)  # the N_NEW - 1 steps after the prefill
     quant_prefill_s = min(wall - decode for wall, decode in runs)
     quant_thread_s = _on_a_thread(lambda: best_of(lambda: _ours(qengine, ids)))
+    int8 = _int8_figures(qengine, ids, quant_ids)
+    int8_ids = int8.pop("tokens")
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the other thread count, for the record (docs/benchmarks.md)
     ours_1t_s = best_of(lambda: _ours(engine, ids))
@@ -138,6 +177,10 @@ def run() -> dict:
             "ours_vs_llama_cpp": quant / llama["tokens_per_s"],
             "ours_vs_llama_cpp_1_thread": (N_NEW / quant_1t_s) / llama_1t["tokens_per_s"],
             "llama_cpp_greedy_equal_hf": llama["tokens"] == hf_ids,
+            "ours_int8_vs_llama_cpp": int8["ours_int8_tokens_per_s"] / llama["tokens_per_s"],
+            "ours_int8_vs_llama_cpp_1_thread": int8["ours_int8_tokens_per_s_1_thread"]
+            / llama_1t["tokens_per_s"],
+            "int8_greedy_tokens_equal_llama_cpp": _agreed(int8_ids, llama["tokens"]),
         }
     return {
         "ours_tokens_per_s": ours,
@@ -156,6 +199,9 @@ def run() -> dict:
         "weight_mb_per_step_quant": quant_bytes / 1e6,
         "read_bandwidth_quant_gb_s": quant_bandwidth / 1e9,
         "greedy_equal_hf_quant": quant_ids == hf_ids,
+        **int8,
+        "ours_int8_vs_float32_blocks": int8["ours_int8_tokens_per_s"] / quant,
+        "ours_int8_vs_bound": int8["ours_int8_decode_tokens_per_s"] / quant_bound,
         "load_s_fp32": fp32_load["load_s"],
         "load_s_quant": quant_load["load_s"],
         "peak_rss_mb_fp32": fp32_load["peak_rss_mb"],

@@ -154,7 +154,7 @@ class Engine:
         self, request: SteerRequest | Mapping, cancel: threading.Event | None = None
     ) -> SteerResult:
         """Run a request (or replay a record from ``SteerResult.to_dict()``) to the end."""
-        request = as_request(request)
+        request = as_request(request, self.products)
         started = time.perf_counter()
         prompt, plan = self.plan(request)  # raises before any work
         frame = None
@@ -162,7 +162,7 @@ class Engine:
             pass
         elapsed = time.perf_counter() - started
         stats = {"seconds": elapsed, "steps": frame.step if frame else 0}
-        return SteerResult(request, dict(frame.outputs), prompt.ids, self.model.name, stats)
+        return self._result(request, dict(frame.outputs), prompt.ids, stats)
 
     def steer_stream(
         self, request: SteerRequest | Mapping, cancel: threading.Event | None = None
@@ -173,7 +173,7 @@ class Engine:
         requested alone with the same seed. A DEFAULT already computed for this prompt and
         these sampling settings is reused, not regenerated.
         """
-        request = as_request(request)
+        request = as_request(request, self.products)
         prompt, plan = self.plan(request)  # raises before any work
         return self._stream(request, prompt, plan, cancel)
 
@@ -220,13 +220,9 @@ class Engine:
             self.decoder.remember_default(plans[name][0].ids, reqs[name].sampling, done[r])
         stats = {"seconds": time.perf_counter() - started, "batch": len(batch.rows)}
         return {
-            n: SteerResult(
-                reqs[n],
-                ordered(outputs[n], plans[n][1].labels),
-                plans[n][0].ids,
-                self.model.name,
-                dict(stats),  # each result its own
-            )  # fmt: skip
+            n: self._result(  # each result its own stats
+                reqs[n], ordered(outputs[n], plans[n][1].labels), plans[n][0].ids, dict(stats)
+            )
             for n in reqs
         }
 
@@ -238,10 +234,22 @@ class Engine:
 
     def result(self, request: SteerRequest, outputs: Mapping[str, Completion]) -> SteerResult:
         """Wrap outputs gathered from ``steer_stream`` as a ``SteerResult`` (for records)."""
-        request = as_request(request)
+        request = as_request(request, self.products)
         check_outputs(outputs)
         prompt = self._encode(request)
-        return SteerResult(request, dict(outputs), prompt.ids, self.model.name)
+        return self._result(request, dict(outputs), prompt.ids)
+
+    def _result(self, request, outputs, prompt_ids, stats=None) -> SteerResult:
+        """A result recording this engine's model and how it multiplies."""
+        return SteerResult(
+            request, outputs, prompt_ids, self.model.name, stats or {}, products=self.products
+        )
+
+    @property
+    def products(self) -> str:
+        """How the model multiplies its quantized matrices ("float32" or "int8"), fixed at
+        load (``load_model(products=...)``); every record names it."""
+        return self.model.runtime.products
 
     def clear_caches(self) -> None:
         """Forget cached DEFAULT completions, residuals and the examples the model wrote for
@@ -507,7 +515,7 @@ class Engine:
         reqs, plans = {}, {}
         for name, request in requests.items():
             try:
-                reqs[name] = as_request(request)
+                reqs[name] = as_request(request, self.products)
                 plans[name] = self.plan(reqs[name])
             except RequestError as err:  # its own class: RemoteUnsupported stays one
                 raise err.under(f"requests[{name!r}]") from None

@@ -118,3 +118,35 @@ def test_the_float32_layout_comes_back_from_the_int8_one():
         lin8 = quant.QuantLinear(raw, name, 96, products="int8")
         lin = quant.QuantLinear(raw, name, 96)
         assert torch.equal(lin8.dense(), lin.dense())
+
+
+def test_records_name_the_setting_and_replay_only_where_it_holds(engine8, engine, sources):
+    request = sw.SteerRequest(
+        "The sea", features=[sw.Feature(sources[1], 11, 40.0)], n_completion_tokens=4, seed=1
+    )
+    record = engine8.steer(request).to_dict()
+    assert record["products"] == "int8"
+    assert engine8.steer(record).outputs == engine8.steer(request).outputs
+    for replay in (engine.steer, engine.steer_stream, lambda r: engine.steer_batch({"a": r})):
+        with pytest.raises(sw.RequestError, match="made with products='int8'") as err:
+            replay(record)
+        assert err.value.field in ("products", "requests['a'].products")
+    assert engine.steer(request).to_dict()["products"] == "float32"
+    ev = engine8.evaluate(
+        request, prompts=["I think"], strengths=(1.0,), progress=False, n_completion_tokens=3
+    )
+    assert ev.to_dict()["products"] == "int8"
+    with pytest.raises(sw.RequestError, match="made with products='int8'"):
+        engine.evaluate(ev.to_dict(), progress=False)
+    assert engine8.evaluate(ev.to_dict(), progress=False).rows == ev.rows
+
+
+def test_a_saved_view_names_the_setting_and_loads_only_where_it_holds(engine8, engine, tmp_path):
+    ex = sw.Explorer(engine8, live=False)
+    ex.set(prompt="The sea", n_completion_tokens=3, seed=1)
+    view = ex.save_view(tmp_path / "view.json")
+    assert view["products"] == "int8"
+    with pytest.raises(sw.RequestError, match="made with products='int8'"):
+        sw.Explorer.load_view(tmp_path / "view.json", engine)
+    loaded = sw.Explorer.load_view(tmp_path / "view.json", engine8)
+    assert loaded.wait(60) and loaded.request() == ex.request()  # its run ends here

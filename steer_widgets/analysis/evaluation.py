@@ -90,6 +90,7 @@ class Evaluation:
     cancelled: bool = False
     stats: dict = field(default_factory=dict)
     off_topic_from: int | None = None  # prompts from here on are off-topic for a condition
+    products: str = "float32"  # how the model multiplied (runtime.quant.PRODUCTS)
     # texts so far of rows still decoding, by (steering, strength, prompt index); not recorded
     running: dict[tuple[str, float, int], str] = field(default_factory=dict)
 
@@ -253,6 +254,7 @@ class Evaluation:
             "complete": self.complete,
             "cancelled": self.cancelled,
             "off_topic_from": self.off_topic_from,
+            "products": self.products,
         }
 
     @classmethod
@@ -286,6 +288,7 @@ class Evaluation:
                 bool(d.get("complete", False)),
                 bool(d.get("cancelled", False)),
                 off_topic_from=_index_or_none(d.get("off_topic_from")),
+                products=str(d.get("products", "float32")),
             )
         except (TypeError, ValueError, KeyError, AttributeError) as err:
             if isinstance(err, RequestError):

@@ -28,6 +28,7 @@ from ..steering.batch import MAX_ROWS
 from ..steering.decoder import Transcript
 from ..steering.generation import Row, Sampling, check_sampling_keys
 from ..steering.requests import Feature, SteerRequest, Vector
+from ..steering.results import check_products
 from .concept_features import ConceptFeatures
 from .concepts import FeatureMatch
 from .engine_view import EngineView
@@ -63,6 +64,7 @@ class Evaluator:
         self.engine = engine
         record = _record(steering)
         if record is not None:
+            check_products(record.products, engine.products)
             split = record.off_topic_from
             if prompts is None:
                 prompts = record.prompts[:split] if split is not None else record.prompts
@@ -129,6 +131,7 @@ class Evaluator:
             {n: j.forms for n, j in self.judges.items()},
             model=self.engine.model.name,
             off_topic_from=self.off_from,
+            products=self.engine.products,
         )
 
     def stream(self, cancel: threading.Event | None = None) -> Iterator[Evaluation]:

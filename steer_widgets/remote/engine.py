@@ -103,6 +103,7 @@ class RemoteRuntime:
     """
 
     device = "cpu"  # where captured residuals land (the SAEs live here)
+    products = "float32"  # the server's arithmetic is its own; no int8 blocks are read here
 
     def __init__(self, client: RemoteClient, describe: dict, max_context: int, vocab: int):
         d = describe["description"]

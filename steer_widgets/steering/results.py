@@ -78,6 +78,7 @@ class SteerResult:
     model: str
     stats: dict = field(default_factory=dict)
     served_by: dict = field(default_factory=dict)  # remote engines: server and guarantee
+    products: str = "float32"  # how the model multiplied (runtime.quant.PRODUCTS)
 
     @property
     def cancelled(self) -> bool:
@@ -94,6 +95,7 @@ class SteerResult:
             "model": self.model,
             "versions": {"steer_widgets": __version__, "torch": torch.__version__},
             "threads": torch.get_num_threads(),
+            "products": self.products,
         }
         if self.served_by:
             record["served_by"] = dict(self.served_by)
@@ -125,13 +127,28 @@ def _output_record(c: Completion) -> dict:
     return out
 
 
-def as_request(request: SteerRequest | Mapping) -> SteerRequest:
-    """A request, or one read back from a record (``SteerResult.to_dict()``) or its dict."""
+def as_request(request: SteerRequest | Mapping, products: str | None = None) -> SteerRequest:
+    """A request, or one read back from a record (``SteerResult.to_dict()``) or its dict.
+    ``products``: the replaying engine's; a record made with the other setting is refused
+    by name (its tokens would not replay)."""
     if isinstance(request, SteerRequest):
         return request
     if isinstance(request, Mapping):
+        if "request" in request:
+            check_products(request.get("products", "float32"), products)
         return SteerRequest.from_dict(request.get("request", request))
     raise RequestError("request", f"must be a SteerRequest or a record dict, got {type(request)}")
+
+
+def check_products(recorded, products: str | None) -> None:
+    """A record replays only on a model that multiplies as it did (``products``); records
+    from before the setting existed were made with "float32". ``products`` None: no check."""
+    if products is not None and recorded != products:
+        raise RequestError(
+            "products",
+            f"the record was made with products={recorded!r} and this engine's model "
+            f"multiplies with {products!r}: load_model(..., products={recorded!r}) replays it",
+        )
 
 
 def ordered(outputs: Mapping[str, Completion], labels: list[str]) -> dict[str, Completion]:

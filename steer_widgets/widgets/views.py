@@ -17,6 +17,7 @@ from .. import checks
 from ..errors import RequestError
 from ..files import write_text_atomically
 from ..steering.requests import SteerRequest, Vector, conditions_of
+from ..steering.results import check_products
 
 VIEW_VERSION = 1
 
@@ -40,6 +41,7 @@ def save_view(explorer, path: str | Path) -> dict:
             for k, c in explorer.outputs.items()
         },
         "outputs_match_request": explorer.request_done == req,
+        "products": explorer.engine.products,  # the saved tokens replay on this setting
     }
     write_text_atomically(target, json.dumps(view, indent=1), _path_error)
     return view
@@ -108,6 +110,7 @@ def apply_view(explorer, source: str | Path | dict) -> None:
     """Replace an explorer's prompt, features, concepts and settings with a saved view's
     (one change: a live explorer runs once); ``same_tokens`` then compares the outputs."""
     view = read_view(source)
+    check_products(view.get("products", "float32"), explorer.engine.products)
     req = SteerRequest.from_dict(view["request"])
     gated = [field for field, _ in conditions_of(req) if field != "when"]
     if gated:
