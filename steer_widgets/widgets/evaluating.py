@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from ..analysis.evaluation import Evaluation
 from ..analysis.judges import label_words
 from ..errors import SteerWidgetsError
+from ..steering.cancel import worker_thread
 from ..steering.requests import SteerRequest
 from .evaluate_panel import EvaluatePanel
 
@@ -62,7 +63,7 @@ class Evaluating:
         self.panel.set_inputs(prompts, strengths)
         self._replace()
         self.x1 = self._current()
-        thread = threading.Thread(target=self._work, args=(stream, cancel), daemon=True)
+        thread = worker_thread("evaluate", self._work, stream, cancel)
         with self._lock:
             self._cancel, self._thread = cancel, thread
         self.panel.show_state("running", f"0 of {stream.total} rows")

@@ -18,6 +18,7 @@ from typing import Any
 
 from ..analysis.projection import projection
 from ..errors import SteerWidgetsError
+from ..steering.cancel import worker_thread
 from ..steering.entries import When
 from ..steering.requests import Feature, Vector
 from ..steering.results import Completion
@@ -145,7 +146,7 @@ class HeatPipeline:
             self._cond.notify_all()
             if not self._busy:  # the worker clears _busy under this lock as it exits
                 self._busy = True
-                threading.Thread(target=self._loop, daemon=True).start()
+                worker_thread("heatmap", self._loop).start()
 
     def clear(self, message: str) -> None:
         """Drop queued work and show ``message`` instead of rows."""

@@ -22,6 +22,7 @@ from collections.abc import Callable
 import ipywidgets as widgets
 
 from ..errors import SteerWidgetsError
+from ..steering.cancel import worker_thread
 from .card import FeatureCard
 
 PickCallback = Callable[[str, int, float | None], None]  # (source, index, strength or None)
@@ -230,7 +231,7 @@ class FeaturePicker:
             extra = [(label, strength) for _, label, strength in found]
             self._show(self.steering_results, self.steering_message, infos, caption, found=extra)
 
-        self.steering_thread = threading.Thread(target=work, daemon=True)
+        self.steering_thread = worker_thread("search", work)
         self.steering_thread.start()
 
     def neighbours(self, source: str, index: int) -> list:

@@ -12,6 +12,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from ..steering.cancel import worker_thread
+
 Job = Callable[[threading.Event], None]
 
 
@@ -107,7 +109,7 @@ class Runner:
                 if self._thread is not None:
                     self._thread.join()  # drain: the engine runs one decode at a time
                 cancel = threading.Event()
-                thread = threading.Thread(target=self.job, args=(cancel,), daemon=True)
+                thread = worker_thread("runner", self.job, cancel)
                 with self._lock:
                     self._cancel, self._thread = cancel, thread
                     self.started += 1
