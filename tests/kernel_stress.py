@@ -69,14 +69,14 @@ def quant_calls(gen: torch.Generator, rng: random.Random) -> dict[str, Call]:
                 continue
             raw = _blocks(name, n, k, nrng)
             lin = quant.QuantLinear(raw, name, k)
-            int8 = quant.pack_int8(raw, name) if name in quant.INT8_TYPES else None
+            int8 = quant.pack_int8(raw, name)
             for m in sorted({1, 2, rng.randint(3, 12), 13}):  # wide, tile and panel paths
                 x = torch.randn(m, k, generator=gen)
                 calls[f"{name} {m}x{k}->{n}"] = lambda x=x, lin=lin: lin(x)
-                if int8 is not None:  # products="int8" on the same blocks
-                    calls[f"int8 {name} {m}x{k}->{n}"] = lambda x=x, p=int8, n=n, t=lin.qtype: (
-                        native.op("int8_linear")(x, p, n, t, None)
-                    )
+                # products="int8" on the same blocks
+                calls[f"int8 {name} {m}x{k}->{n}"] = lambda x=x, p=int8, n=n, t=lin.qtype: (
+                    native.op("int8_linear")(x, p, n, t, None)
+                )
             a = rng.randrange(n // 2)  # a backward's slice of rows: any start, any stop
             calls[f"dense {name} {a}:{n} of {n}x{k}"] = lambda lin=lin, a=a: lin.dense(a)
     return calls

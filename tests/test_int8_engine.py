@@ -89,17 +89,6 @@ def test_where_int8_cannot_apply_it_is_refused_by_name(kwargs, says):
     assert err.value.field == "products"
 
 
-def test_a_file_of_other_block_types_is_refused_before_packing(tmp_path, monkeypatch):
-    """A Q4_K matrix: refused by name, naming the tensor and its type."""
-    from steer_widgets.runtime import gguf_model
-
-    index = {"architecture": "llama", "tensors": [["blk.0.ffn_down.weight", 12, [256, 16], 0, 1]]}
-    with pytest.raises(sw.RequestError, match="blk.0.ffn_down.weight is Q4_K"):
-        gguf_model.check_int8_types(index)
-    index["tensors"][0][1] = 3  # Q4_1
-    gguf_model.check_int8_types(index)
-
-
 def test_an_engine_takes_its_models_products_or_refuses_another(engine8, engine):
     assert sw.Engine(engine8.model, saes={}).model.runtime.products == "int8"
     with pytest.raises(sw.RequestError, match="loaded with products='float32'") as err:
@@ -109,15 +98,14 @@ def test_an_engine_takes_its_models_products_or_refuses_another(engine8, engine)
 
 def test_the_float32_layout_comes_back_from_the_int8_one():
     """An int8 matrix holds one copy of its blocks: the float32 layout its lookups and its
-    backward read is repacked from it, and equals the one packed from the file."""
-    for name in ("Q4_0", "Q4_1", "Q8_0", "Q5_0"):
-        raw = random_blocks(name, 40, 96, seed=7)
-        read = "Q8_0" if name == "Q5_0" else name
-        back = quant.unpack_int8(quant.pack_int8(raw, name), read, 40)
-        assert torch.equal(quant.pack(back, read), quant.pack(raw, name)), name
-        lin8 = quant.QuantLinear(raw, name, 96, products="int8")
-        lin = quant.QuantLinear(raw, name, 96)
-        assert torch.equal(lin8.dense(), lin.dense())
+    backward read is rearranged from it, and equals the one packed from the file."""
+    for name in quant.SUPPORTED:
+        k = 96 * quant.WEIGHTS[name] // quant.QK
+        raw = random_blocks(name, 40, k, seed=7)
+        back = quant.float_layout(quant.pack_int8(raw, name), quant.kernel_type(name))
+        assert torch.equal(back, quant.pack(raw, name)), name
+        lin8 = quant.QuantLinear(raw, name, k, products="int8")
+        assert torch.equal(lin8.dense(), quant.QuantLinear(raw, name, k).dense()), name
 
 
 def test_records_name_the_setting_and_replay_only_where_it_holds(engine8, engine, sources):

@@ -289,12 +289,13 @@ def int8_digest() -> str:
     import hashlib
 
     digest = hashlib.sha256()
-    for name in quant.INT8_TYPES:
-        raw = random_blocks(name, 40, 96, seed=6)
-        packed = quant.pack_int8(raw, name)
+    for name in quant.SUPPORTED:
+        k = 96 * quant.WEIGHTS[name] // quant.QK
+        raw = random_blocks(name, 40, k, seed=6)
+        packed, qtype = quant.pack_int8(raw, name), quant.TYPES[quant.kernel_type(name)][0]
         for rows in (1, 3, 4, 9):
-            x = torch.randn(rows, 96, generator=torch.Generator().manual_seed(rows))
-            y = native.op("int8_linear")(x, packed, 40, quant.TYPES[name][0], None)
+            x = torch.randn(rows, k, generator=torch.Generator().manual_seed(rows))
+            y = native.op("int8_linear")(x, packed, 40, qtype, None)
             digest.update(y.numpy().tobytes())
     return digest.hexdigest()
 

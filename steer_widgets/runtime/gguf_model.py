@@ -138,24 +138,6 @@ def read_tensors(
     return state
 
 
-def check_int8_types(index: dict) -> None:
-    """Every quantized matrix a model reads is of a type int8 products read, or a named
-    refusal before any block is packed."""
-    from gguf import GGMLQuantizationType
-
-    from ..errors import RequestError
-    from .quant import INT8_TYPES
-
-    for gguf_name, qtype, *_ in index["tensors"]:
-        kind = GGMLQuantizationType(qtype).name
-        if hf_name(gguf_name) and kind not in (*INT8_TYPES, "Q5_0", "F32", "F16"):
-            raise RequestError(
-                "products",
-                f'"int8" reads Q4_0, Q4_1, Q5_0 and Q8_0 blocks; {gguf_name} is {kind}: '
-                'load this file with products="float32"',
-            )
-
-
 def _field(reader, key: str):
     field = reader.fields.get(key)
     if field is None:
@@ -263,10 +245,7 @@ def load_gguf(
         and native.extension() is not None
     )
     heads = (cfg.n_heads, cfg.n_kv_heads)
-    index = json.loads((folder / INDEX).read_text())
-    if products == "int8":
-        check_int8_types(index)
-    state = read_tensors(path, heads, index, blocks)
+    state = read_tensors(path, heads, json.loads((folder / INDEX).read_text()), blocks)
     runtime = Transformer(cfg, state, device=device, dtype=dtype, kernel=kernel, products=products)
     tokenizer = Tokenizer.from_folder(folder, prepend_bos=cfg.layout in ("gpt2", "neox"))
     stops = generation_stop_ids(folder)

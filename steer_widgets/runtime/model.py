@@ -93,8 +93,8 @@ def load_model(
     bit for bit the float32 copy's products; "int8" quantizes each row of activations to
     8 bits per 32 weights and sums integer products (llama.cpp's arithmetic, about 2x faster
     here; ``docs/determinism.md``): every row still equals its solo run at any thread count,
-    and the logits differ from float32's by the activations' rounding. "int8" reads Q4_0,
-    Q4_1, Q5_0 and Q8_0 files on a CPU with the native kernel, and is refused by name
+    and the logits differ from float32's by the activations' rounding. "int8" reads every
+    GGUF type ``quantized`` reads, on a CPU with the native kernel, and is refused by name
     elsewhere.
     """
     _check_load(name, device, dtype, backend, kernel)

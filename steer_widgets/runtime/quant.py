@@ -142,9 +142,19 @@ def _decode_k(blocks: np.ndarray, name: str) -> tuple[np.ndarray, np.ndarray | N
     return s.reshape(n, sb * 8, 1), o.reshape(n, sb * 8), codes.reshape(n, sb * 8, 32)
 
 
-def _pack_wide(raw: np.ndarray, name: str) -> np.ndarray:
-    """Rows of a wide type's GGUF blocks -> [nb, G, group bytes]: scales, offsets, codes
-    (``csrc/quant_linear.cpp`` reads this layout)."""
+def _factors_and_codes(raw: np.ndarray, name: str) -> tuple[list[np.ndarray], np.ndarray]:
+    """Rows of GGUF blocks -> each group's stored factors ([nb, G, bytes] parts: the f16
+    scales and mins of the 32-weight types, the wide types' float32 scales and offsets) and
+    the codes [N, G, 32] as both layouts store them (unsigned; Q8_0's int8 bits; Q6_K's
+    q - 32 as int8 bits). The bytes before the codes are the same in both layouts."""
+    if name not in WIDE:
+        d, m, codes = _split(raw, name)
+        _check_scales(d, name, "scale")
+        parts = [_group_bytes_of(_per_group(d))]  # f16 bits: 32 bytes a group
+        if m is not None:
+            _check_scales(m, name, "min")
+            parts.append(_group_bytes_of(_per_group(m)))
+        return parts, codes
     _, size = TYPES[name]
     blocks = raw.reshape(raw.shape[0], -1, size)
     decode = _decode_k if name.endswith("_K") else _decode_32
@@ -155,12 +165,29 @@ def _pack_wide(raw: np.ndarray, name: str) -> np.ndarray:
     parts = [_group_bytes_of(np.swapaxes(_per_group(s), 2, 3))]  # [nb, G, subs, 16] float32
     if o is not None:
         parts.append(_group_bytes_of(_per_group(o)))
-    lines = np.swapaxes(_per_group(codes), 2, 3)  # [nb, G, 32 (k), 16 (column)]
-    if name == "Q4_K":  # byte i: column i at an even k (low nibble) and at the next k (high)
-        parts.append(_group_bytes_of(lines[..., 0::2, :] | (lines[..., 1::2, :] << 4)))
-    else:  # five or six bits: whole signed bytes, one k per 16-byte load
-        parts.append(_group_bytes_of(lines.astype(np.int8) - np.int8(32 if name == "Q6_K" else 0)))
-    return np.concatenate(parts, axis=-1)
+    if name == "Q6_K":
+        codes = (codes.astype(np.int8) - np.int8(32)).view(np.uint8)
+    return parts, codes
+
+
+NIBBLES = ("Q4_0", "Q4_1", "Q4_K")  # 4-bit codes, stored two to a byte
+
+
+def _float_codes(codes: np.ndarray, name: str) -> np.ndarray:
+    """Codes [nb, G, 16 (column), 32 (k)] -> the float32 kernel's [nb, G, bytes]: one k per
+    16-byte line (column i in byte i), or for the 4-bit types two k per line (even k in the
+    low nibble)."""
+    lines = np.swapaxes(codes, 2, 3)  # [nb, G, 32 (k), 16 (column)]
+    if name in NIBBLES:
+        lines = lines[..., 0::2, :] | (lines[..., 1::2, :] << 4)
+    return _group_bytes_of(lines)
+
+
+def _pack_wide(raw: np.ndarray, name: str) -> np.ndarray:
+    """Rows of a wide type's GGUF blocks -> [nb, G, group bytes]: scales, offsets, codes
+    (``csrc/quant_linear.cpp`` reads this layout)."""
+    parts, codes = _factors_and_codes(raw, name)
+    return np.concatenate([*parts, _float_codes(_per_group(codes), name)], axis=-1)
 
 
 def _per_group(a: np.ndarray) -> np.ndarray:
@@ -233,51 +260,36 @@ def pack(raw: np.ndarray, qtype: int | str) -> Tensor:
     return out
 
 
-INT8_TYPES = ("Q4_0", "Q4_1", "Q8_0")  # the types products="int8" reads (Q5_0 as Q8_0)
-
-
 def pack_int8(raw: np.ndarray, qtype: int | str) -> Tensor:
     """GGUF blocks of an [N, K] matrix -> the int8 kernel's [ceil(N/16), K/32, bytes] layout
-    (csrc/int8_linear.cpp): per 16 columns and 32 k, the scales and mins as f16, then two
+    (csrc/int8_linear.cpp): per 16 columns and 32 k, ``pack``'s factors, then the codes in two
     halves of 8 columns whose 32-bit lanes hold one column's 4 consecutive k. Each group has
-    ``pack``'s size in bytes."""
-    name = type_name(qtype)
-    if name not in (*INT8_TYPES, "Q5_0"):
-        raise QuantizationUnsupported(name, 'products="int8" reads Q4_0, Q4_1, Q5_0 and Q8_0')
+    ``pack``'s size in bytes; every type ``pack`` reads (Q5_0 as Q8_0)."""
+    name = type_name(qtype)  # a named error for a type not read here
     rows = np.ascontiguousarray(raw, dtype=np.uint8)
     if name == "Q5_0":
         rows, name = _q5_0_as_q8_0(rows), "Q8_0"
-    d, m, codes = _split(rows, name)
-    _check_scales(d, name, "scale")
-    parts = [_group_bytes_of(_per_group(d))]
-    if m is not None:
-        _check_scales(m, name, "min")
-        parts.append(_group_bytes_of(_per_group(m)))
+    parts, codes = _factors_and_codes(rows, name)
     c = _per_group(codes)  # [nb, G, 16 (column), 32 (k)]
     c = c.reshape(*c.shape[:2], 2, 8, 8, 4).transpose(0, 1, 2, 4, 3, 5)  # half, quad, col, k
-    if name != "Q8_0":  # low nibble: quad 2l, high nibble: quad 2l + 1
+    if name in NIBBLES:  # low nibble: quad 2l, high nibble: quad 2l + 1
         c = c[:, :, :, 0::2] | (c[:, :, :, 1::2] << 4)
-    parts.append(_group_bytes_of(c))
-    return torch.from_numpy(np.concatenate(parts, axis=-1))
+    return torch.from_numpy(np.concatenate([*parts, _group_bytes_of(c)], axis=-1))
 
 
-def unpack_int8(packed: Tensor, name: str, n: int) -> np.ndarray:
-    """``pack_int8``'s layout back to the GGUF rows [n, K/32 * bytes] it came from (a
-    ``Q5_0`` matrix as the ``Q8_0`` rows of its weights): the float32 layout is packed from
-    these on demand, so an int8 model holds no second copy of its file."""
+def float_layout(packed: Tensor, name: str) -> Tensor:
+    """``pack_int8``'s layout -> ``pack``'s, the same factors and codes rearranged (``name``:
+    the type read, Q8_0 for a Q5_0 file): an int8 model's lookups and backward read it, so
+    the model keeps no second copy of its file."""
     p = packed.numpy()
-    nb, groups, _ = p.shape
-    halves = 2 if name == "Q4_1" else 1
-    scales = p[..., : 32 * halves].reshape(nb, groups, halves, 16, 2)  # f16 bytes per column
-    codes = p[..., 32 * halves :].reshape(nb, groups, 2, -1, 8, 4)  # half, line, col, k
-    if name != "Q8_0":  # line l: quads 2l (low nibbles) and 2l + 1 (high)
+    nb, groups, size = p.shape
+    at = size - (8 if name in NIBBLES else 16) * QK  # the factors' bytes: the same in both
+    codes = p[..., at:].reshape(nb, groups, 2, -1, 8, 4)  # half, line, col, k
+    if name in NIBBLES:  # line l: quads 2l (low nibbles) and 2l + 1 (high)
         codes = np.stack([codes & 0x0F, codes >> 4], axis=4)  # half, line, nibble, col, k
     codes = codes.reshape(nb, groups, 2, 8, 8, 4).transpose(0, 1, 2, 4, 3, 5)  # half, col, q, k
-    codes = codes.reshape(nb, groups, 16, 32)  # column, k
-    if name != "Q8_0":  # GGUF's byte j: k = j in the low nibble, k = j + 16 in the high one
-        codes = codes[..., :16] | (codes[..., 16:] << 4)
-    blocks = np.concatenate([*np.moveaxis(scales, 2, 0), codes], axis=-1)  # [nb, G, 16, bytes]
-    return np.ascontiguousarray(blocks.transpose(0, 2, 1, 3)).reshape(nb * 16, -1)[:n]
+    codes = codes.reshape(nb, groups, 16, 32)
+    return torch.from_numpy(np.concatenate([p[..., :at], _float_codes(codes, name)], axis=-1))
 
 
 def _pack_rows(rows: np.ndarray, name: str) -> np.ndarray:
@@ -287,18 +299,8 @@ def _pack_rows(rows: np.ndarray, name: str) -> np.ndarray:
 
 
 def _pack_blocks(raw: np.ndarray, name: str) -> np.ndarray:
-    d, m, codes = _split(raw, name)
-    _check_scales(d, name, "scale")
-    if m is not None:
-        _check_scales(m, name, "min")
-    parts = [_group_bytes_of(_per_group(d))]  # f16 bits: 32 bytes a group
-    if m is not None:
-        parts.append(_group_bytes_of(_per_group(m)))
-    lines = np.swapaxes(_per_group(codes), 2, 3)  # [nb, G, 32 (k), 16 (column)]
-    if name != "Q8_0":  # byte i: column i at an even k (low nibble) and at the next k (high)
-        lines = lines[..., 0::2, :] | (lines[..., 1::2, :] << 4)
-    parts.append(_group_bytes_of(lines))
-    return np.concatenate(parts, axis=-1)
+    parts, codes = _factors_and_codes(raw, name)
+    return np.concatenate([*parts, _float_codes(_per_group(codes), name)], axis=-1)
 
 
 @dataclass
@@ -354,10 +356,10 @@ PRODUCTS = ("float32", "int8")  # how a quantized matrix multiplies (QuantLinear
 class QuantLinear:
     """``y = x @ W.T (+ bias)`` with ``W`` [out, in] held as GGUF blocks (``Linear``'s
     interface, kernel "native"). ``products="float32"``: the bits of the float32 native kernel
-    on ``W`` dequantized as gguf does it. ``products="int8"`` (``INT8_TYPES`` and ``Q5_0``):
-    each row of x quantized to int8 per 32 k and integer block sums (csrc/int8_linear.cpp),
-    still exact per row; ``rows`` and ``dense`` (embedding lookups, a backward) then read a
-    float32-layout copy packed on first use."""
+    on ``W`` dequantized as gguf does it. ``products="int8"`` (every type read): each row of
+    x quantized to int8 per 32 k and integer block sums (csrc/int8_linear.cpp), still exact
+    per row; ``rows`` and ``dense`` (embedding lookups, a backward) then read the float32
+    layout, rearranged from the int8 one on first use (``float_layout``)."""
 
     kernel = "native"
     element_size = 4  # the float32 a weight becomes (what the float32 path would read)
@@ -396,8 +398,7 @@ class QuantLinear:
     def _float_layout(self) -> Tensor:
         """The float32 kernel's packing, which ``rows`` and ``dense`` read."""
         if self._float_packed is None:
-            read = "Q8_0" if self.qtype_name == "Q5_0" else self.qtype_name
-            self._float_packed = pack(unpack_int8(self.packed, read, self.out_features), read)
+            self._float_packed = float_layout(self.packed, kernel_type(self.qtype_name))
         return self._float_packed
 
     def rows(self, ids: Tensor) -> Tensor:

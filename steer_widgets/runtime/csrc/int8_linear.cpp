@@ -10,19 +10,28 @@
 //   acc = fma(float(t), dw * dx, acc)         (dw * dx rounded once)
 //   Q4_1: acc = fma(mw, dx * float(sx), acc)  (dx * sx rounded once)
 //
+// The wide types (quant.py's float32 sub-block scales s and offsets o, weight s * q + o)
+// take the Q4_1 form with s and o for dw and mw: Q4_K's 4-bit codes, Q5_1's and Q5_K's
+// 5-bit ones (0..31, summed in int16 four k-quads at a time). Q6_K (signed codes q - 32,
+// one scale per 16 k) sums k 0-15 and 16-31 apart: acc = fma(float(t_lo), s_lo * dx, acc),
+// then the same for t_hi.
+//
 // so each output depends only on its own row, in one fixed order of float operations,
 // whatever the tile, the thread or the other rows: rows equal solo runs, at any thread count.
 // The vector paths compute the same operations lane by lane (a lane is a column), so they
 // give the portable build's bits. Integer sums cannot overflow: a 4-bit code times a code of
-// at most 127 is at most 1905, and 16 of them fit an int16 lane (30480); Q8_0 takes |qw|
-// (at most 128) times qx with qw's sign, so a pair is at most 32512.
+// at most 127 is at most 1905, and 16 of them fit an int16 lane (30480); a 5-bit one at most
+// 3937, 8 of them 31496; Q8_0 and Q6_K take |qw| (at most 128, 32) times qx with qw's sign,
+// so a pair is at most 32512 (Q6_K: 8 products, 32512).
 //
 // The layout (quant.py's pack_int8), per 16 output columns and 32 k: the 16 scales dw (f16),
-// for Q4_1 the 16 mins mw (f16), then the codes in two halves of 8 columns. Within a half,
+// for Q4_1 the 16 mins mw (f16), then the codes in two halves of 8 columns; the wide types'
+// scales (Q6_K: two lines) and offsets as float32 lines, as quant_linear's wide layout. Within a half,
 // a 32-bit lane holds one column's 4 consecutive k (byte 4c + j: column c, k = 4q + j), so one
-// multiply-add of 32 bytes (vpmaddubsw) takes 8 columns x 4 k: Q8_0 as 8 such lines of signed
-// bytes (k-quads q = 0..7), the 4-bit types as 4 lines of bytes whose low nibble is quad 2l
-// and high nibble quad 2l + 1. The bytes per group equal quant_linear's.
+// multiply-add of 32 bytes (vpmaddubsw) takes 8 columns x 4 k: the byte types as 8 such
+// lines (k-quads q = 0..7; Q8_0 and Q6_K signed, Q5_1 and Q5_K unsigned), the 4-bit types
+// as 4 lines of bytes whose low nibble is quad 2l and high nibble quad 2l + 1. The bytes per
+// group equal quant_linear's.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -40,8 +49,12 @@ namespace {
 
 constexpr int64_t kHalf = 8;  // columns per half-group: one 32-byte line of 8 x 4 k
 
-constexpr int64_t scale_bytes(int64_t t) { return t == kQ4_1 ? 64 : 32; }
-constexpr int64_t half_bytes(int64_t t) { return t == kQ8_0 ? 256 : 128; }
+constexpr bool wide(int64_t t) { return t == kQ5_1 || t >= kQ4_K; }  // float32 scales
+constexpr bool nibbles(int64_t t) { return t == kQ4_0 || t == kQ4_1 || t == kQ4_K; }
+constexpr bool signed_codes(int64_t t) { return t == kQ8_0 || t == kQ6_K; }
+constexpr bool has_offset(int64_t t) { return t == kQ4_1 || t == kQ5_1 || t == kQ4_K || t == kQ5_K; }
+constexpr int64_t scale_bytes(int64_t t) { return wide(t) ? 128 : t == kQ4_1 ? 64 : 32; }
+constexpr int64_t half_bytes(int64_t t) { return nibbles(t) ? 128 : 256; }
 
 // Each row's codes, scales and code sums per 32 k (see the top of this file).
 struct Rows {
@@ -77,9 +90,21 @@ Rows quantize(const float* x, int64_t M, int64_t K) {
 inline int32_t weight_code(int64_t t, const uint8_t* codes, int64_t c, int64_t k) {
   const int64_t h = c / kHalf, col = c % kHalf, quad = k / 4, j = k % 4;
   const uint8_t* half = codes + h * half_bytes(t);
-  if (t == kQ8_0) return static_cast<int8_t>(half[quad * 32 + col * 4 + j]);
+  if (!nibbles(t)) {
+    const uint8_t byte = half[quad * 32 + col * 4 + j];
+    return signed_codes(t) ? static_cast<int8_t>(byte) : byte;
+  }
   const uint8_t byte = half[quad / 2 * 32 + col * 4 + j];
   return quad % 2 ? byte >> 4 : byte & 0x0f;
+}
+
+// a scale (line 0 or 1: Q6_K's k 16-31) or an offset (line -1) of column c, as float
+inline float factor(int64_t t, const uint8_t* grp, int64_t line, int64_t c) {
+  if (!wide(t)) return half_at(grp + (line < 0 ? 32 : 0) + 2 * c);
+  const int64_t at = line < 0 ? 64 * (t == kQ6_K ? 2 : 1) : 64 * line;
+  float f;
+  std::memcpy(&f, grp + at + 4 * c, 4);
+  return f;
 }
 
 #if defined(__AVX2__) && defined(__FMA__)
@@ -95,23 +120,71 @@ inline __m256 scales8(const uint8_t* p) {  // 8 halves
 #endif
 }
 
+// 8 columns' scale (line 0 or 1) or offset (line -1) of half h of a group, as floats
+template <int64_t T>
+inline __m256 factors8(const uint8_t* grp, int64_t line, int64_t h) {
+  if constexpr (wide(T)) {
+    const int64_t at = line < 0 ? 64 * (T == kQ6_K ? 2 : 1) : 64 * line;
+    return _mm256_loadu_ps(reinterpret_cast<const float*>(grp + at + 32 * h));
+  }
+  return scales8(grp + (line < 0 ? 32 : 0) + 16 * h);
+}
+
+// R rows x the 8 columns of half h of column block b, every group: y (+ bias)
+// a row's integer sums over one half-group: t[0] (every k; Q6_K: k 0-15) and t[1] (Q6_K:
+// k 16-31), 8 columns each
+template <int64_t T>
+inline void row_sums(const __m256i (&wq)[8], const int8_t* xq, __m256i (&t)[2]) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256i s16[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+  __m256i s32 = _mm256_setzero_si256();
+  for (int q = 0; q < 8; ++q) {
+    int32_t quad;
+    std::memcpy(&quad, xq + 4 * q, 4);
+    const __m256i xb = _mm256_set1_epi32(quad);
+    if constexpr (T == kQ8_0) {  // |qw| up to 128: a pair at most 32512, summed as int32
+      const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(wq[q], wq[q]),
+                                             _mm256_sign_epi8(xb, wq[q]));
+      s32 = _mm256_add_epi32(s32, _mm256_madd_epi16(p, ones));
+    } else if constexpr (signed_codes(T)) {  // Q6_K: |qw| up to 32, 8 products per lane
+      const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(wq[q], wq[q]),
+                                             _mm256_sign_epi8(xb, wq[q]));
+      s16[q / 4] = _mm256_add_epi16(s16[q / 4], p);
+    } else {  // unsigned codes: 16 4-bit or 8 5-bit products per int16 lane
+      const int half = nibbles(T) ? 0 : q / 4;
+      s16[half] = _mm256_add_epi16(s16[half], _mm256_maddubs_epi16(wq[q], xb));
+    }
+  }
+  if constexpr (T == kQ8_0) {
+    t[0] = s32;
+  } else if constexpr (T == kQ6_K) {
+    t[0] = _mm256_madd_epi16(s16[0], ones);
+    t[1] = _mm256_madd_epi16(s16[1], ones);
+  } else if constexpr (nibbles(T)) {
+    t[0] = _mm256_madd_epi16(s16[0], ones);
+  } else {
+    t[0] = _mm256_add_epi32(_mm256_madd_epi16(s16[0], ones), _mm256_madd_epi16(s16[1], ones));
+  }
+}
+
 // R rows x the 8 columns of half h of column block b, every group: y (+ bias)
 template <int64_t T, int R>
 void half_tile(const Rows& x, int64_t m0, const uint8_t* w, const float* bias, float* y,
                int64_t K, int64_t N, int64_t b, int64_t h) {
   const int64_t G = K / kQK, gb = quant_group_bytes(T);
-  const __m256i ones = _mm256_set1_epi16(1), low = _mm256_set1_epi8(0x0f);
+  const __m256i low = _mm256_set1_epi8(0x0f);
   __m256 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   for (int64_t g = 0; g < G; ++g) {
     const uint8_t* grp = w + (b * G + g) * gb;
-    const __m256 dw = scales8(grp + 16 * h);
-    const __m256 mw = T == kQ4_1 ? scales8(grp + 32 + 16 * h) : _mm256_setzero_ps();
+    const __m256 sw = factors8<T>(grp, 0, h);
+    const __m256 sw2 = T == kQ6_K ? factors8<T>(grp, 1, h) : _mm256_setzero_ps();
+    const __m256 ow = has_offset(T) ? factors8<T>(grp, -1, h) : _mm256_setzero_ps();
     const uint8_t* codes = grp + scale_bytes(T) + h * half_bytes(T);
     __m256i wq[8];
-    for (int l = 0; l < (T == kQ8_0 ? 8 : 4); ++l) {
+    for (int l = 0; l < (nibbles(T) ? 4 : 8); ++l) {
       const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + 32 * l));
-      if constexpr (T == kQ8_0) {
+      if constexpr (!nibbles(T)) {
         wq[l] = v;
       } else {
         wq[2 * l] = _mm256_and_si256(v, low);
@@ -120,34 +193,17 @@ void half_tile(const Rows& x, int64_t m0, const uint8_t* w, const float* bias, f
     }
     for (int r = 0; r < R; ++r) {
       const int64_t row = m0 + r;
-      const int8_t* xq = x.q.data() + row * K + g * kQK;
-      __m256i sum;
-      if constexpr (T == kQ8_0) {
-        sum = _mm256_setzero_si256();
-        for (int q = 0; q < 8; ++q) {
-          int32_t quad;
-          std::memcpy(&quad, xq + 4 * q, 4);
-          const __m256i xb = _mm256_set1_epi32(quad);
-          const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(wq[q], wq[q]),
-                                                 _mm256_sign_epi8(xb, wq[q]));
-          sum = _mm256_add_epi32(sum, _mm256_madd_epi16(p, ones));
-        }
-      } else {
-        __m256i s16 = _mm256_setzero_si256();
-        for (int q = 0; q < 8; ++q) {
-          int32_t quad;
-          std::memcpy(&quad, xq + 4 * q, 4);
-          s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(wq[q], _mm256_set1_epi32(quad)));
-        }
-        sum = _mm256_madd_epi16(s16, ones);
-      }
+      __m256i t[2];
+      row_sums<T>(wq, x.q.data() + row * K + g * kQK, t);
       const float dx = x.d[static_cast<size_t>(row * G + g)];
       const int32_t sx = x.s[static_cast<size_t>(row * G + g)];
-      if constexpr (T == kQ4_0) sum = _mm256_sub_epi32(sum, _mm256_set1_epi32(8 * sx));
-      const __m256 scale = _mm256_mul_ps(dw, _mm256_set1_ps(dx));
-      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), scale, acc[r]);
-      if constexpr (T == kQ4_1)
-        acc[r] = _mm256_fmadd_ps(mw, _mm256_set1_ps(dx * static_cast<float>(sx)), acc[r]);
+      if constexpr (T == kQ4_0) t[0] = _mm256_sub_epi32(t[0], _mm256_set1_epi32(8 * sx));
+      const __m256 dxv = _mm256_set1_ps(dx);
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t[0]), _mm256_mul_ps(sw, dxv), acc[r]);
+      if constexpr (T == kQ6_K)
+        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t[1]), _mm256_mul_ps(sw2, dxv), acc[r]);
+      if constexpr (has_offset(T))
+        acc[r] = _mm256_fmadd_ps(ow, _mm256_set1_ps(dx * static_cast<float>(sx)), acc[r]);
     }
   }
   const int64_t col = b * kBlock + h * kHalf, n = std::min(kHalf, N - col);
@@ -190,14 +246,16 @@ void column_block(const Rows& x, int64_t M, const uint8_t* w, const float* bias,
       for (int64_t g = 0; g < G; ++g) {
         const uint8_t* grp = w + (b * G + g) * gb;
         const int8_t* xq = x.q.data() + row * K + g * kQK;
-        int32_t t = 0;
+        int32_t t[2] = {0, 0};  // Q6_K: k 0-15 and 16-31 apart; every other type in t[0]
         for (int64_t k = 0; k < kQK; ++k)
-          t += weight_code(T, grp + scale_bytes(T), c, k) * xq[k];
+          t[T == kQ6_K && k >= 16] += weight_code(T, grp + scale_bytes(T), c, k) * xq[k];
         const float dx = x.d[static_cast<size_t>(row * G + g)];
         const int32_t sx = x.s[static_cast<size_t>(row * G + g)];
-        if (T == kQ4_0) t -= 8 * sx;
-        acc = std::fma(static_cast<float>(t), half_at(grp + 2 * c) * dx, acc);
-        if (T == kQ4_1) acc = std::fma(half_at(grp + 32 + 2 * c), dx * static_cast<float>(sx), acc);
+        if (T == kQ4_0) t[0] -= 8 * sx;
+        acc = std::fma(static_cast<float>(t[0]), factor(T, grp, 0, c) * dx, acc);
+        if (T == kQ6_K) acc = std::fma(static_cast<float>(t[1]), factor(T, grp, 1, c) * dx, acc);
+        if (has_offset(T))
+          acc = std::fma(factor(T, grp, -1, c), dx * static_cast<float>(sx), acc);
       }
       y[row * N + col] = bias ? acc + bias[col] : acc;
     }
@@ -217,14 +275,16 @@ void int8_products(const float* x, const uint8_t* w, const float* bias, float* y
 
 }  // namespace
 
-bool int8_type(int64_t qtype) { return qtype == kQ4_0 || qtype == kQ4_1 || qtype == kQ8_0; }
-
 void int8_linear(const float* x, const uint8_t* packed, const float* bias, float* y, int64_t M,
                  int64_t K, int64_t N, int64_t qtype, int64_t threads) {
   if (M == 0) return;
   switch (qtype) {
     case kQ4_1: return int8_products<kQ4_1>(x, packed, bias, y, M, K, N, threads);
     case kQ8_0: return int8_products<kQ8_0>(x, packed, bias, y, M, K, N, threads);
+    case kQ5_1: return int8_products<kQ5_1>(x, packed, bias, y, M, K, N, threads);
+    case kQ4_K: return int8_products<kQ4_K>(x, packed, bias, y, M, K, N, threads);
+    case kQ5_K: return int8_products<kQ5_K>(x, packed, bias, y, M, K, N, threads);
+    case kQ6_K: return int8_products<kQ6_K>(x, packed, bias, y, M, K, N, threads);
     default: return int8_products<kQ4_0>(x, packed, bias, y, M, K, N, threads);
   }
 }

@@ -37,8 +37,7 @@ void quant_linear(const float* x, const uint8_t* packed, const float* bias, floa
 
 // The products="int8" option (int8_linear.cpp): y [M, N] = x @ W.T (+ bias) with each row of
 // x quantized to int8 per 32 k and integer block sums; W packed by quant.py's pack_int8 (the
-// bytes per group of quant_group_bytes). Types: int8_type.
-bool int8_type(int64_t qtype);
+// bytes per group of quant_group_bytes, every type quant_linear reads).
 void int8_linear(const float* x, const uint8_t* packed, const float* bias, float* y, int64_t M,
                  int64_t K, int64_t N, int64_t qtype, int64_t threads);
 
