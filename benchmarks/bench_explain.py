@@ -8,6 +8,7 @@ at layer 24); in each, the two tokens steering raised most. Every steering row i
 and the top five SAE features at or after the steering are ablated (their activation set
 back to the unsteered run's): ``attribution_rank_corr`` is Spearman's rank correlation of
 predicted against measured changes of the token's log-probability over all those pairs.
+Every figure for both ``products`` settings (``int8_*``).
 """
 
 from __future__ import annotations
@@ -63,7 +64,14 @@ def _top_positions(effect, k: int = 2) -> list[int]:
 
 
 def run() -> dict:
-    engine = sw.Engine.default()
+    """The figures with the default float32 products, then ``int8_*`` with
+    ``products="int8"`` (attribution's backward stays float32 there)."""
+    figures = _figures(sw.Engine.default())
+    int8 = _figures(sw.Engine(sw.load_model(products="int8")))
+    return {**figures, **{f"int8_{k}": v for k, v in int8.items()}}
+
+
+def _figures(engine) -> dict:
     for source in engine.saes.sources():  # labels and SAEs warm: this measures the maths
         engine.feature_index(source)
         engine.saes.get(source)

@@ -207,9 +207,10 @@ def run() -> dict:
         # the mix's converted metadata in the scratch folder, not the user cache
         with mock.patch.object(gguf_model, "cache_dir", lambda: Path(tmp) / "cache"):
             mix = sw.Engine(sw.load_model(str(path)), saes=[])
+            mix8 = sw.Engine(sw.load_model(str(path), products="int8"), saes=[])
         ids = list(q41.tokenizer.encode(CHAT).ids)
-        q41_ids, mix_ids = _decode(q41, ids), _decode(mix, ids)
-        rounds = _rounds(q41, mix, ids, python, path)
+        q41_ids, mix_ids, mix8_ids = _decode(q41, ids), _decode(mix, ids), _decode(mix8, ids)
+        rounds = _rounds({"q4_1": q41, "mix": mix, "mix_int8": mix8}, ids, python, path)
         q41_s, mix_s = (statistics.median(r[k] for r in rounds) for k in ("q4_1", "mix"))
         figures = {
             "file_written_by": "our block writer" if python is None else "llama.cpp quantizer",
@@ -223,6 +224,9 @@ def run() -> dict:
             "mix_vs_q4_1": q41_s / mix_s,
             "mix_vs_q4_1_spread": _spread(r["q4_1"] / r["mix"] for r in rounds),
             "greedy_tokens_shared_with_q4_1": _shared_prefix(q41_ids, mix_ids),
+            "tokens_per_s_mix_int8": N_NEW / statistics.median(r["mix_int8"] for r in rounds),
+            "mix_int8_vs_mix": statistics.median(r["mix"] / r["mix_int8"] for r in rounds),
+            "greedy_tokens_int8_shared_with_mix": _shared_prefix(mix_ids, mix8_ids),
             "threads": torch.get_num_threads(),
             "rounds": len(rounds),
         }
@@ -233,19 +237,22 @@ def run() -> dict:
                 r["llama_cpp"] / r["mix"] for r in rounds
             )
             figures["mix_vs_llama_cpp_spread"] = _spread(r["llama_cpp"] / r["mix"] for r in rounds)
+            figures["mix_int8_vs_llama_cpp"] = statistics.median(
+                r["llama_cpp"] / r["mix_int8"] for r in rounds
+            )
+            figures["mix_int8_vs_llama_cpp_spread"] = _spread(
+                r["llama_cpp"] / r["mix_int8"] for r in rounds
+            )
         return figures
 
 
-def _rounds(q41, mix, ids: list[int], python: str | None, path: Path) -> list[dict[str, float]]:
+def _rounds(engines: dict, ids: list[int], python: str | None, path: Path) -> list[dict]:
     """Seconds for N_NEW tokens (best of 3) of each decoder, alternated ROUNDS times: this
     machine's speed drifts by a third from minute to minute, so ratios are taken within a
     round and their median reported."""
     rounds = []
     for _ in range(ROUNDS):
-        times = {
-            "q4_1": best_of(lambda: _decode(q41, ids)),
-            "mix": best_of(lambda: _decode(mix, ids)),
-        }
+        times = {name: best_of(lambda e=e: _decode(e, ids)) for name, e in engines.items()}
         if python is not None:
             rate = _llama_cpp(python, path, ids, torch.get_num_threads())["tokens_per_s"]
             times["llama_cpp"] = N_NEW / rate
