@@ -1,12 +1,12 @@
 """Conditional steering on the default model: exact where it should be, and as documented.
 
-* The properties, over 300 random conditional requests on 120 random steerings (features
+* The properties, over 250 random conditional requests on 100 random steerings (features
   and vectors, both scopes, windows, every steer method, ``prompt_multiplier`` 1 and 2,
   ``steer_special_tokens`` on and off, chat and completion, greedy and sampled): a
-  condition that holds nowhere gives exactly DEFAULT's tokens and probabilities (120), one
-  that holds everywhere exactly the unconditional steering's (120), and conditions that
-  switch (60) decode in ragged batches each equal to its solo run, and replay from their
-  records (20 of them re-run). ``SW_CONDITION_STEERINGS`` scales the 120.
+  condition that holds nowhere gives exactly DEFAULT's tokens and probabilities (100), one
+  that holds everywhere exactly the unconditional steering's (100), and conditions that
+  switch (50) decode in ragged batches each equal to its solo run, and replay from their
+  records (17 of them re-run). ``SW_CONDITION_STEERINGS`` scales the 100.
 * The references: a token-scope gate equals ``feature_values`` (or the cosine) of the text
   generated, thresholded in Python (positions within 1e-4 of the threshold skipped), with
   and without hysteresis; a prompt-scope decision equals the reduced values of the prompt.
@@ -35,7 +35,7 @@ PROMPTS = [
     [{"role": "user", "content": "What should I cook tonight?"}],
     [{"role": "user", "content": "Tell me about the ocean."}],
 ]
-N_STEERINGS = int(os.environ.get("SW_CONDITION_STEERINGS", "120"))
+N_STEERINGS = int(os.environ.get("SW_CONDITION_STEERINGS", "100"))
 
 
 def _leaf(rng: random.Random) -> sw.Condition:

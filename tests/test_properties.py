@@ -2,7 +2,7 @@
 presets, records) returns a result or raises a named error, and the engine is exactly as it
 was afterwards (a reference request gives the same tokens).
 
-``SW_PROPERTY_EXAMPLES`` scales the number of examples (default: 600 calls of the whole API
+``SW_PROPERTY_EXAMPLES`` scales the number of examples (default: 400 calls of the whole API
 plus 40 requests per run); ``SW_PROPERTY_SEED`` draws them from another seed (a fuzz run)
 instead of the fixed derandomized sequence."""
 
@@ -123,7 +123,7 @@ def test_any_request_gives_outputs_or_a_named_error(engine, sources):
     assert again == before and fresh == before
 
 
-EXAMPLES = int(os.environ.get("SW_PROPERTY_EXAMPLES", "600"))
+EXAMPLES = int(os.environ.get("SW_PROPERTY_EXAMPLES", "400"))
 SEED = os.environ.get("SW_PROPERTY_SEED")
 
 

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 SOAK = Path(__file__).with_name("soak.py")
-ACTIONS = int(os.environ.get("SW_SOAK_ACTIONS", "150"))
+ACTIONS = int(os.environ.get("SW_SOAK_ACTIONS", "120"))
 RUNS = int(os.environ.get("SW_SOAK_RUNS", "3"))
 EACH, REPLACED = 2, 3
 HANG_S = 1800  # the soak's hang guard; the test's is that plus loading and the replays

@@ -267,7 +267,6 @@ class Concepts:
     def __init__(self, engine) -> None:
         self.engine = engine
         self._examples: LRU[str, list[Prompt]] = LRU(CACHED_SETS)
-        self._cache = _model_stats(engine.model)
 
     def clear(self) -> None:
         """Forget the examples the model wrote (``Engine.clear_caches``)."""
@@ -328,8 +327,9 @@ class Concepts:
 
         key = json.dumps([rows, list(examples)], sort_keys=True)
         pick = ROWS[rows]
+        cache = _model_stats(self.engine.model)
         with _STATS_LOCK:
-            have = self._cache.get(key) or {}
+            have = cache.get(key) or {}
         missing = [h for h in dict.fromkeys(hooks) if h not in have]
         if missing:
             deepest = max(hook_layer(h) or 0 for h in missing)
@@ -352,7 +352,7 @@ class Concepts:
             for h in grab:
                 have[h] = (torch.stack(means[h]), torch.cat(norms[h]))
             with _STATS_LOCK:
-                self._cache.put(key, have)
+                cache.put(key, have)
         return {h: have[h] for h in hooks}
 
     def _concept_hooks(self) -> list[str]:
