@@ -26,8 +26,8 @@
 //
 // The layout (quant.py's pack_int8), per 16 output columns and 32 k: the 16 scales dw (f16),
 // for Q4_1 the 16 mins mw (f16), then the codes in two halves of 8 columns; the wide types'
-// scales (Q6_K: two lines) and offsets as float32 lines, as quant_linear's wide layout. Within a half,
-// a 32-bit lane holds one column's 4 consecutive k (byte 4c + j: column c, k = 4q + j), so one
+// scales (Q6_K: two lines) and offsets as float32 lines, as quant_linear's wide layout.
+// Within a half, a 32-bit lane holds one column's 4 consecutive k (byte 4c + j: column c, k = 4q + j), so one
 // multiply-add of 32 bytes (vpmaddubsw) takes 8 columns x 4 k: the byte types as 8 such
 // lines (k-quads q = 0..7; Q8_0 and Q6_K signed, Q5_1 and Q5_K unsigned), the 4-bit types
 // as 4 lines of bytes whose low nibble is quad 2l and high nibble quad 2l + 1. The bytes per
@@ -52,7 +52,9 @@ constexpr int64_t kHalf = 8;  // columns per half-group: one 32-byte line of 8 x
 constexpr bool wide(int64_t t) { return t == kQ5_1 || t >= kQ4_K; }  // float32 scales
 constexpr bool nibbles(int64_t t) { return t == kQ4_0 || t == kQ4_1 || t == kQ4_K; }
 constexpr bool signed_codes(int64_t t) { return t == kQ8_0 || t == kQ6_K; }
-constexpr bool has_offset(int64_t t) { return t == kQ4_1 || t == kQ5_1 || t == kQ4_K || t == kQ5_K; }
+constexpr bool has_offset(int64_t t) {
+  return t == kQ4_1 || t == kQ5_1 || t == kQ4_K || t == kQ5_K;
+}
 constexpr int64_t scale_bytes(int64_t t) { return wide(t) ? 128 : t == kQ4_1 ? 64 : 32; }
 constexpr int64_t half_bytes(int64_t t) { return nibbles(t) ? 128 : 256; }
 
@@ -278,15 +280,9 @@ void int8_products(const float* x, const uint8_t* w, const float* bias, float* y
 void int8_linear(const float* x, const uint8_t* packed, const float* bias, float* y, int64_t M,
                  int64_t K, int64_t N, int64_t qtype, int64_t threads) {
   if (M == 0) return;
-  switch (qtype) {
-    case kQ4_1: return int8_products<kQ4_1>(x, packed, bias, y, M, K, N, threads);
-    case kQ8_0: return int8_products<kQ8_0>(x, packed, bias, y, M, K, N, threads);
-    case kQ5_1: return int8_products<kQ5_1>(x, packed, bias, y, M, K, N, threads);
-    case kQ4_K: return int8_products<kQ4_K>(x, packed, bias, y, M, K, N, threads);
-    case kQ5_K: return int8_products<kQ5_K>(x, packed, bias, y, M, K, N, threads);
-    case kQ6_K: return int8_products<kQ6_K>(x, packed, bias, y, M, K, N, threads);
-    default: return int8_products<kQ4_0>(x, packed, bias, y, M, K, N, threads);
-  }
+  with_qtype(qtype, [&](auto t) {
+    int8_products<decltype(t)::value>(x, packed, bias, y, M, K, N, threads);
+  });
 }
 
 }  // namespace sw

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 namespace sw {
 
@@ -28,6 +29,22 @@ constexpr int64_t quant_group_bytes(int64_t t) {  // bytes per 16 columns x 32 k
     case kQ4_K: return 128 + 8 * kQK;                // scales, offsets, nibbles
     case kQ6_K: return 128 + 16 * kQK;               // two scales, signed bytes
     default: return 0;
+  }
+}
+
+// f(std::integral_constant<int64_t, T>{}) for the QType T = qtype: the one switch from a
+// run-time type id to a kernel compiled for that type (an id that is none of them is Q4_0's;
+// the ops refuse such ids before any kernel runs)
+template <class F>
+void with_qtype(int64_t qtype, F&& f) {
+  switch (qtype) {
+    case kQ4_1: return f(std::integral_constant<int64_t, kQ4_1>{});
+    case kQ8_0: return f(std::integral_constant<int64_t, kQ8_0>{});
+    case kQ5_1: return f(std::integral_constant<int64_t, kQ5_1>{});
+    case kQ4_K: return f(std::integral_constant<int64_t, kQ4_K>{});
+    case kQ5_K: return f(std::integral_constant<int64_t, kQ5_K>{});
+    case kQ6_K: return f(std::integral_constant<int64_t, kQ6_K>{});
+    default: return f(std::integral_constant<int64_t, kQ4_0>{});
   }
 }
 

@@ -381,15 +381,9 @@ void qlinear(const float* xp, const uint8_t* wp, const float* bp, float* yp, int
 void quant_linear(const float* x, const uint8_t* packed, const float* bias, float* y, int64_t M,
                   int64_t K, int64_t N, int64_t qtype, int64_t threads) {
   if (M == 0) return;
-  switch (qtype) {
-    case kQ4_1: return qlinear<kQ4_1>(x, packed, bias, y, M, K, N, threads);
-    case kQ8_0: return qlinear<kQ8_0>(x, packed, bias, y, M, K, N, threads);
-    case kQ5_1: return qlinear<kQ5_1>(x, packed, bias, y, M, K, N, threads);
-    case kQ4_K: return qlinear<kQ4_K>(x, packed, bias, y, M, K, N, threads);
-    case kQ5_K: return qlinear<kQ5_K>(x, packed, bias, y, M, K, N, threads);
-    case kQ6_K: return qlinear<kQ6_K>(x, packed, bias, y, M, K, N, threads);
-    default: return qlinear<kQ4_0>(x, packed, bias, y, M, K, N, threads);
-  }
+  with_qtype(qtype, [&](auto t) {
+    qlinear<decltype(t)::value>(x, packed, bias, y, M, K, N, threads);
+  });
 }
 
 namespace {
@@ -417,15 +411,7 @@ void qdense(const uint8_t* wp, int64_t first, int64_t n, int64_t K, float* y, in
 void quant_dense(const uint8_t* packed, int64_t first, int64_t n, int64_t K, int64_t qtype,
                  float* y, int64_t threads) {
   if (n == 0) return;
-  switch (qtype) {
-    case kQ4_1: return qdense<kQ4_1>(packed, first, n, K, y, threads);
-    case kQ8_0: return qdense<kQ8_0>(packed, first, n, K, y, threads);
-    case kQ5_1: return qdense<kQ5_1>(packed, first, n, K, y, threads);
-    case kQ4_K: return qdense<kQ4_K>(packed, first, n, K, y, threads);
-    case kQ5_K: return qdense<kQ5_K>(packed, first, n, K, y, threads);
-    case kQ6_K: return qdense<kQ6_K>(packed, first, n, K, y, threads);
-    default: return qdense<kQ4_0>(packed, first, n, K, y, threads);
-  }
+  with_qtype(qtype, [&](auto t) { qdense<decltype(t)::value>(packed, first, n, K, y, threads); });
 }
 
 void quant_row(const uint8_t* packed, int64_t id, int64_t K, int64_t qtype, float* y) {
