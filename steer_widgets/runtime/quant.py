@@ -183,13 +183,6 @@ def _float_codes(codes: np.ndarray, name: str) -> np.ndarray:
     return _group_bytes_of(lines)
 
 
-def _pack_wide(raw: np.ndarray, name: str) -> np.ndarray:
-    """Rows of a wide type's GGUF blocks -> [nb, G, group bytes]: scales, offsets, codes
-    (``csrc/quant_linear.cpp`` reads this layout)."""
-    parts, codes = _factors_and_codes(raw, name)
-    return np.concatenate([*parts, _float_codes(_per_group(codes), name)], axis=-1)
-
-
 def _per_group(a: np.ndarray) -> np.ndarray:
     """[N, G, ...] -> [nb, G, 16, ...]: rows grouped 16 columns at a time, zero rows padding
     N up to a multiple of 16 (columns past N are never stored)."""
@@ -242,22 +235,8 @@ CHUNK = 64  # column blocks packed at a time: a vocabulary-sized matrix needs no
 
 def pack(raw: np.ndarray, qtype: int | str) -> Tensor:
     """GGUF blocks of an [N, K] matrix (uint8 rows of ``K / 32`` blocks each, as
-    ``GGUFReader`` gives them) -> the kernel's [ceil(N/16), K/32, bytes] uint8 layout,
-    written CHUNK blocks at a time into the one output (a load's peak memory is the packed
-    model plus a few MB)."""
-    name = type_name(qtype)
-    _, size = TYPES[name]
-    n = raw.shape[0]
-    nb, groups = -(-n // BLOCK), raw.shape[1] // size * WEIGHTS[name] // QK
-    out = view = None  # sized by the first chunk: its bytes per group are the layout's own
-    for b in range(0, nb, CHUNK):
-        rows = raw[b * BLOCK : (b + CHUNK) * BLOCK]
-        part = _pack_rows(np.ascontiguousarray(rows, dtype=np.uint8), name)
-        if out is None:
-            out = torch.empty(nb, groups, part.shape[-1], dtype=torch.uint8)
-            view = out.numpy()
-        view[b : b + CHUNK] = part
-    return out
+    ``GGUFReader`` gives them) -> the kernel's [ceil(N/16), K/32, bytes] uint8 layout."""
+    return _packed(raw, type_name(qtype), _float_codes)
 
 
 def pack_int8(raw: np.ndarray, qtype: int | str) -> Tensor:
@@ -265,16 +244,38 @@ def pack_int8(raw: np.ndarray, qtype: int | str) -> Tensor:
     (csrc/int8_linear.cpp): per 16 columns and 32 k, ``pack``'s factors, then the codes in two
     halves of 8 columns whose 32-bit lanes hold one column's 4 consecutive k. Each group has
     ``pack``'s size in bytes; every type ``pack`` reads (Q5_0 as Q8_0)."""
-    name = type_name(qtype)  # a named error for a type not read here
-    rows = np.ascontiguousarray(raw, dtype=np.uint8)
-    if name == "Q5_0":
-        rows, name = _q5_0_as_q8_0(rows), "Q8_0"
-    parts, codes = _factors_and_codes(rows, name)
-    c = _per_group(codes)  # [nb, G, 16 (column), 32 (k)]
-    c = c.reshape(*c.shape[:2], 2, 8, 8, 4).transpose(0, 1, 2, 4, 3, 5)  # half, quad, col, k
-    if name in NIBBLES:  # low nibble: quad 2l, high nibble: quad 2l + 1
+    return _packed(raw, type_name(qtype), _int8_codes)
+
+
+def _packed(raw: np.ndarray, name: str, arrange) -> Tensor:
+    """Either layout (``arrange``: how the codes lie), written CHUNK blocks at a time into the
+    one output (a load's peak memory is the packed model plus a few MB)."""
+    _, size = TYPES[name]
+    n = raw.shape[0]
+    nb, groups = -(-n // BLOCK), raw.shape[1] // size * WEIGHTS[name] // QK
+    out = view = None  # sized by the first chunk: its bytes per group are the layout's own
+    for b in range(0, nb, CHUNK):
+        rows = np.ascontiguousarray(raw[b * BLOCK : (b + CHUNK) * BLOCK], dtype=np.uint8)
+        kind = name
+        if kind == "Q5_0":  # the same weights as Q8_0 blocks
+            rows, kind = _q5_0_as_q8_0(rows), "Q8_0"
+        parts, codes = _factors_and_codes(rows, kind)
+        part = np.concatenate([*parts, arrange(_per_group(codes), kind)], axis=-1)
+        if out is None:
+            out = torch.empty(nb, groups, part.shape[-1], dtype=torch.uint8)
+            view = out.numpy()
+        view[b : b + CHUNK] = part
+    return out
+
+
+def _int8_codes(codes: np.ndarray, name: str) -> np.ndarray:
+    """Codes [nb, G, 16 (column), 32 (k)] -> the int8 kernel's [nb, G, bytes]: two halves of
+    8 columns, each k-quad a 32-byte line of 8 columns x 4 k (the 4-bit types: quad 2l in the
+    low nibbles of line l, quad 2l + 1 in the high ones)."""
+    c = codes.reshape(*codes.shape[:2], 2, 8, 8, 4).transpose(0, 1, 2, 4, 3, 5)  # half, q, col, k
+    if name in NIBBLES:
         c = c[:, :, :, 0::2] | (c[:, :, :, 1::2] << 4)
-    return torch.from_numpy(np.concatenate([*parts, _group_bytes_of(c)], axis=-1))
+    return _group_bytes_of(c)
 
 
 def float_layout(packed: Tensor, name: str) -> Tensor:
@@ -290,17 +291,6 @@ def float_layout(packed: Tensor, name: str) -> Tensor:
     codes = codes.reshape(nb, groups, 2, 8, 8, 4).transpose(0, 1, 2, 4, 3, 5)  # half, col, q, k
     codes = codes.reshape(nb, groups, 16, 32)
     return torch.from_numpy(np.concatenate([p[..., :at], _float_codes(codes, name)], axis=-1))
-
-
-def _pack_rows(rows: np.ndarray, name: str) -> np.ndarray:
-    if name == "Q5_0":
-        return _pack_blocks(_q5_0_as_q8_0(rows), "Q8_0")
-    return (_pack_wide if name in WIDE else _pack_blocks)(rows, name)
-
-
-def _pack_blocks(raw: np.ndarray, name: str) -> np.ndarray:
-    parts, codes = _factors_and_codes(raw, name)
-    return np.concatenate([*parts, _float_codes(_per_group(codes), name)], axis=-1)
 
 
 @dataclass
