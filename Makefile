@@ -45,10 +45,11 @@ lab: install
 # docs/install.md); more threads per process would oversubscribe the cores
 # the browser tests' kernels need. `--dist loadfile` keeps each file on one worker: a
 # notebook's cells run in order in one kernel, and a file's module fixtures (a JupyterLab, a
-# server, an exported page) start once. TEST_WORKERS=0 runs everything in one process.
+# server, an exported page) start once; the longest files go first (tests/conftest.py), so the
+# two workers finish together. TEST_WORKERS=0 runs everything in one process.
 # The tests never write into the work tree: git status after them is what it was before.
 TEST_WORKERS ?= 2
-XDIST := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+XDIST := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 TREE := $(shell mktemp -u /tmp/sw-tree.XXXXXX)
 test: install
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .

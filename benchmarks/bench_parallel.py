@@ -14,6 +14,11 @@ in one ``steer_batch``, over the mean wall time of the same 8 requests run alone
 floor on a 2-core machine is near 3-4 whatever the decode kernel does: the 8 prefills cost
 the same batched or alone. ``ratio_ragged8_decode_vs_single`` is the same ratio without the
 prefills (``common.PrefillClock``): what batching the decode steps saves.
+
+``vocab_pass_ms_per_row``: the end of a decode step (each row's token, log-probability and
+top 5) per row, by rows and sampling, one native pass over every row (``native``) against
+the same rows one at a time in Python (``rows_alone``), at torch's thread count; sampled
+rows' noise is drawn beforehand, as the pool draws it while the model runs.
 """
 
 from __future__ import annotations
@@ -72,6 +77,7 @@ def run() -> dict:
     return {
         **ragged,
         "step_ms_by_rows": step_ms_by_rows(engine),
+        "vocab_pass_ms_per_row": vocab_pass_ms_per_row(engine.model.cfg.vocab_size),
         "default_s": a,
         "steered_s": b,
         "pair_s": c,
@@ -150,6 +156,41 @@ def ragged8(engine, source: str) -> dict:
             name: together[name].outputs == solo[name].outputs for name in requests
         },
     }
+
+
+def vocab_pass_ms_per_row(vocab: int, repeats: int = 200) -> dict[str, dict[str, float]]:
+    """ms per row of ``generation.sample_step`` with and without the native pass, best of 5
+    rounds of ``repeats`` steps, for 1 and 8 rows, greedy and sampled (temperature 0.5,
+    frequency penalty 1)."""
+    import torch
+
+    from steer_widgets.runtime import native
+    from steer_widgets.steering.generation import Row, RowSampler, Sampling, sample_step
+
+    if native.extension() is None:
+        return {"skipped": "the native kernel did not build here"}
+    out = {}
+    for rows, temperature in ((1, 0.0), (1, 0.5), (8, 0.0), (8, 0.5)):
+        logits = torch.randn(rows, vocab, generator=torch.Generator().manual_seed(rows)) * 4
+        noise = torch.empty(vocab).exponential_(1)
+        sampling = Sampling(temperature=temperature, freq_penalty=1.0)
+        samplers = [RowSampler(sampling, [1, 2, 3], vocab, seed=r) for r in range(rows)]
+        for sampler in samplers:
+            sampler.noise = lambda noise=noise: noise  # drawn already, as the pool draws it
+        row_list, live = [Row()] * rows, list(range(rows))
+        best = {}
+        for name, native_pass in (("native", True), ("rows_alone", False)):
+            rounds = []
+            for _ in range(5):
+                start = time.perf_counter()
+                for _ in range(repeats):
+                    sample_step(samplers, row_list, live, logits, native_pass=native_pass)
+                rounds.append(time.perf_counter() - start)
+            best[name] = 1000 * min(rounds) / repeats / rows
+        case = f"{rows}_rows_{'greedy' if temperature == 0 else 'sampled'}"
+        out[case] = {k: round(v, 3) for k, v in best.items()}
+        out[case]["speedup"] = round(best["rows_alone"] / best["native"], 2)
+    return out
 
 
 def step_ms_by_rows(engine, rows=(1, 2, 4, 8, 16, 32, 64)) -> dict[int, float]:

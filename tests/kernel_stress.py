@@ -3,7 +3,8 @@
 ``python tests/kernel_stress.py --threads 4 --rounds 400`` builds a fixed set of calls on the
 default model's widths (float32 and GGUF-quantized products of 1 to 13 rows and 16 to 4,096
 columns, causal attention of 1 to 9 positions over 1 to 300 keys, ragged decode steps of 1 to 16
-cache rows at positions of their own, RMSNorm, rotary, queued sampling noise, and slices of
+cache rows at positions of their own, RMSNorm, rotary, queued sampling noise, a decode step's
+sampling and log-probabilities over the vocabulary (``vocab_pass``), and slices of
 quantized rows dequantized as a backward reads them),
 computes every call's result at one thread (a ragged step's: its rows decoded one at a
 time, so it is checked against the solo runs, not against itself), then makes every call once
@@ -109,7 +110,25 @@ def other_calls(gen: torch.Generator, rng: random.Random) -> dict[str, Call]:
     for size in (1, 513, 49152):
         seed = rng.randrange(1 << 30)
         calls[f"noise {size}"] = lambda size=size, seed=seed: _noise(size, seed)
+    for b, vocab in ((1, 4099), (3, 4099), (8, 4099), (5, 49152)):
+        logits = torch.randn(b, vocab, generator=gen) * 4
+        noise = torch.empty(b, vocab).exponential_(1, generator=gen)
+        temps = [rng.choice([0.0, 0.5, 1.0]) for _ in range(b)]
+        calls[f"vocab_pass b{b} v{vocab}"] = lambda x=logits, n=noise, t=temps: _vocab_pass(x, n, t)
     return calls
+
+
+def _vocab_pass(logits: torch.Tensor, noise: torch.Tensor, temps: list[float]) -> torch.Tensor:
+    """One decode step's end for every row (fresh counts each call), as one tensor: tokens,
+    their log-probabilities, top ids and values, and the counts after."""
+    rows, vocab = logits.shape
+    counts = [(torch.arange(vocab) % (r + 2)).float() for r in range(rows)]
+    follow = [-1] * rows
+    if rows > 2:  # the last row copies the first's token, as a sweep's rows do
+        counts[-1], follow[-1] = None, 0
+    passed = native.vocab_pass(logits, temps, [1.0] * rows, counts, list(noise), follow, 5)
+    parts = (*passed, *(c for c in counts if c is not None))
+    return torch.cat([p.double().flatten() for p in parts])
 
 
 def ragged_calls(gen: torch.Generator, rng: random.Random) -> dict[str, Call]:

@@ -43,7 +43,7 @@ def test_stress_at_every_thread_count_equals_one_thread(threads):
     )
     assert report["kernel_threads"] == threads
     ops = {"linear", "Q4_0", "Q4_1", "Q8_0", "attention", "ragged_attention", "rms_norm", "rotary"}
-    ops |= {"Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K", "noise", "dense", "int8"}
+    ops |= {"Q5_0", "Q5_1", "Q4_K", "Q5_K", "Q6_K", "noise", "dense", "int8", "vocab_pass"}
     assert ops | {"queued noise"} <= set(report["calls_by_op"]), report["calls_by_op"]
     assert report["wrong"] == 0, report
 
@@ -54,7 +54,11 @@ def tsan_build(out: Path) -> Path:
     if shutil.which(cxx) is None:
         pytest.skip(f"no C++ compiler ({cxx})")
     torch_free = [native.CSRC / n for n in ("pool.cpp", "noise_queue.cpp")]
-    torch_free += [p for p in native.SOURCES if p.name not in ("ops.cpp",) and p not in torch_free]
+    torch_free += [
+        p
+        for p in native.SOURCES
+        if p.name not in ("ops.cpp", "vocab_pass.cpp") and p not in torch_free
+    ]
     binary = out / "tsan_harness"
     cmd = [cxx, "-std=c++17", "-O1", "-g", "-fsanitize=thread", "-march=native",
            "-ffp-contract=off", "-pthread", f"-I{native.CSRC}", *map(str, torch_free),

@@ -7,7 +7,8 @@ row. Its files, one idea each: ``pool`` (the thread pool every kernel splits its
 ``noise_queue`` (sampling noise the pool's idle workers draw), ``simd.h`` and
 ``float_tiles.h`` (the 16-float line and the float32 tiles), ``float_linear``,
 ``quant_linear`` (GGUF blocks), ``attention_norms`` (RMSNorm, rotary, causal attention), all
-torch-free behind ``kernels.h``; ``ops.cpp`` binds them to tensors as
+torch-free behind ``kernels.h``; ``vocab_pass`` (a decode step's sampling and log-probabilities,
+every row at once, on ATen's softmax); ``ops.cpp`` binds them to tensors as
 ``torch.ops.steer_widgets.*``. It is built with ``-O3 -march=native``
 (``torch.utils.cpp_extension.load``, ninja and a C++ compiler needed) into the user cache,
 in a folder named after this CPU's instruction-set flags, so a home folder shared between
@@ -174,6 +175,12 @@ def op(name: str) -> Callable[..., Tensor]:
     return getattr(torch.ops.steer_widgets, name).default
 
 
+def loaded(name: str) -> bool:
+    """Whether a runtime of this process loaded the kernel, whose op ``name`` is then at hand
+    (a process that never needed the kernel does not build it for this)."""
+    return hasattr(torch.ops.steer_widgets, name)
+
+
 @contextlib.contextmanager
 def one_openmp_thread() -> Iterator[None]:
     """torch's own ops on the calling thread run on one OpenMP thread meanwhile; the native
@@ -247,6 +254,21 @@ def noise_finish(ticket: int) -> None:
 def noise_cancel(ticket: int) -> None:
     """The draw of ``noise_start`` dropped, wherever it stood."""
     op("noise_cancel")(ticket)
+
+
+def vocab_pass(
+    logits: Tensor,
+    temperature: list[float],
+    penalty: list[float],
+    counts: list[Tensor | None],
+    noise: list[Tensor | None],
+    follow: list[int],
+    k: int,
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The end of a decode step for every row of ``logits`` [rows, vocab] at once, rows on the
+    kernels' pool (``csrc/vocab_pass.h``): (tokens, their log-probabilities, top ids, top
+    values), with torch's softmax and log_softmax bits. Only where ``loaded("vocab_pass")``."""
+    return op("vocab_pass")(logits.contiguous(), temperature, penalty, counts, noise, follow, k)
 
 
 MAX_HEAD = 256  # the largest head the attention kernels read (the C++ kMaxLines * kBlock)

@@ -208,7 +208,7 @@ def decode(
             if _stopped(cancel):
                 return
             with native.one_openmp_thread():
-                tokens, probs = _sample_step(samplers, rows, live, logits)
+                tokens, probs = sample_step(samplers, rows, live, logits)
             for r in live:
                 made[r] += 1
                 done[r] = tokens[r] in stop_ids
@@ -262,18 +262,58 @@ def _prefetch(samplers: Sequence[RowSampler], rows: Sequence[Row], ended: Sequen
             sampler.prefetch()
 
 
-def _sample_step(
-    samplers: Sequence[RowSampler], rows: Sequence[Row], live: Sequence[int], logits: Tensor
+def sample_step(
+    samplers: Sequence[RowSampler],
+    rows: Sequence[Row],
+    live: Sequence[int],
+    logits: Tensor,
+    native_pass: bool = True,
 ) -> tuple[list[int | None], list[TokenProb | None]]:
     """Each live row's token (a follower copies its row's) and its ``TokenProb``, from
-    ``logits`` [len(live), vocab]; ``None`` for the other rows."""
+    ``logits`` [len(live), vocab]; ``None`` for the other rows. One native pass over every
+    row where the kernel is loaded (``native.vocab_pass``: the same tokens and numbers, rows
+    side by side), else, or with ``native_pass=False`` (the reference the tests and the
+    benchmark compare it with), row by row here."""
     tokens: list[int | None] = [None] * len(rows)
     probs: list[TokenProb | None] = [None] * len(rows)
+    if native_pass and _native_step(samplers, rows, live, logits, tokens, probs):
+        return tokens, probs
     for b, r in enumerate(live):
         follow = rows[r].follow
         tokens[r] = samplers[r].next(logits[b]) if follow is None else tokens[follow]
         probs[r] = token_prob(logits[b], tokens[r])
     return tokens, probs
+
+
+def _native_step(
+    samplers: Sequence[RowSampler],
+    rows: Sequence[Row],
+    live: Sequence[int],
+    logits: Tensor,
+    tokens: list[int | None],
+    probs: list[TokenProb | None],
+) -> bool:
+    """``sample_step`` in one ``native.vocab_pass``, filling ``tokens`` and ``probs``; False
+    (nothing done) where the kernel is not loaded, or where rows sample and torch's
+    multinomial is not the argmax of probs over noise (``draws_are_torchs``)."""
+    leads = [rows[r].follow is None for r in live]
+    draws = any(lead and samplers[r].draws for lead, r in zip(leads, live, strict=True))
+    if not native.loaded("vocab_pass") or (draws and not draws_are_torchs()):
+        return False
+    position = {r: b for b, r in enumerate(live)}
+    inputs = [
+        samplers[r].pass_inputs() if lead else (0.0, 0.0, None, None)
+        for lead, r in zip(leads, live, strict=True)
+    ]
+    temperature, penalty, counts, noise = (list(column) for column in zip(*inputs, strict=True))
+    follow = [-1 if lead else position[rows[r].follow] for lead, r in zip(leads, live, strict=True)]
+    k = min(TOP_K, logits.shape[-1])
+    passed = native.vocab_pass(logits, temperature, penalty, counts, noise, follow, k)
+    chosen, logprob, top_ids, top_values = (t.tolist() for t in passed)
+    for b, r in enumerate(live):
+        tokens[r] = chosen[b]
+        probs[r] = TokenProb(logprob[b], tuple(zip(top_ids[b], top_values[b], strict=True)))
+    return True
 
 
 def _prefill(
@@ -423,6 +463,13 @@ class RowSampler:
         if self._queued is not None:
             native.noise_cancel(self._queued[0])
             self._queued = None
+
+    def pass_inputs(self) -> tuple[float, float, Tensor, Tensor | None]:
+        """What ``native.vocab_pass`` needs to choose this row's next token as ``next`` does:
+        the temperature, the frequency penalty, the counts it raises, and the noise (the
+        queued draw; None for a greedy row, which takes none)."""
+        noise = self.noise() if self.draws else None
+        return self.s.temperature, self.s.freq_penalty, self.counts, noise
 
     def next(self, logits: Tensor) -> int:
         """The row's next token."""

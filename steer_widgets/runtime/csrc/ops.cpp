@@ -21,6 +21,7 @@
 #include "noise_queue.h"
 #include "pool.h"
 #include "simd.h"
+#include "vocab_pass.h"
 
 namespace {
 
@@ -312,6 +313,15 @@ int64_t openmp_threads(int64_t n) {
 // The threads the kernels use for a call from the calling thread.
 int64_t kernel_thread_count() { return threads_for_kernels(); }
 
+// The end of a decode step for every row (vocab_pass.h), on the calling thread's kernel threads.
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> vocab_pass(
+    const at::Tensor& logits, c10::ArrayRef<double> temperature, c10::ArrayRef<double> penalty,
+    const c10::List<std::optional<at::Tensor>>& counts,
+    const c10::List<std::optional<at::Tensor>>& noise, c10::ArrayRef<int64_t> follow, int64_t k) {
+  return sw::vocab_pass(logits, temperature, penalty, counts.vec(), noise.vec(), follow, k,
+                        threads_for_kernels());
+}
+
 // The pool's worker threads started so far.
 int64_t pool_workers() { return sw::pool_workers(); }
 
@@ -340,4 +350,7 @@ TORCH_LIBRARY(steer_widgets, m) {
   m.def("noise_start(Tensor out, Generator? gen) -> int", &noise_start);
   m.def("noise_finish(int ticket) -> ()", &noise_finish);
   m.def("noise_cancel(int ticket) -> ()", &noise_cancel);
+  m.def("vocab_pass(Tensor logits, float[] temperature, float[] penalty, Tensor?[] counts, "
+        "Tensor?[] noise, int[] follow, int k) -> (Tensor, Tensor, Tensor, Tensor)",
+        &vocab_pass);
 }
