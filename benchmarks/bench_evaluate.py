@@ -8,7 +8,7 @@ the ``token_logprobs`` call per row that the solo route needs for the same figur
 ``first_cell_ms``: from the call to the first finished rows; ``explorer_first_cell_ms`` and
 ``explorer_panel_s``: the explorer's evaluate panel on the shipped 12 x 6 panel, from the
 press to the first grid cell drawn and to the whole grid. Best of two alternations of the
-two routes.
+two routes. Every figure for both ``products`` settings (``int8_*``).
 
     python benchmarks/run.py --only evaluate --json out.json
 """
@@ -73,9 +73,16 @@ def timed(fn):
 
 
 def run() -> dict:
+    """The figures with the default float32 products, then ``int8_*`` with
+    ``products="int8"`` (the same file, activations as int8 in every product)."""
     import steer_widgets as sw
 
-    engine = sw.Engine.default()
+    figures = _figures(sw.Engine.default())
+    int8 = _figures(sw.Engine(sw.load_model(products="int8")))
+    return {**figures, **{f"int8_{k}": v for k, v in int8.items()}}
+
+
+def _figures(engine) -> dict:
     vector = engine.concept_vector(CONCEPT)  # computed once, outside every timing
     panel_prompts = prompts()
     figures: dict = {"n_prompts": len(panel_prompts), "n_strengths": 6}

@@ -19,6 +19,8 @@ prefills (``common.PrefillClock``): what batching the decode steps saves.
 top 5) per row, by rows and sampling, one native pass over every row (``native``) against
 the same rows one at a time in Python (``rows_alone``), at torch's thread count; sampled
 rows' noise is drawn beforehand, as the pool draws it while the model runs.
+
+Every figure for both ``products`` settings (``int8_*``), but the vocabulary pass.
 """
 
 from __future__ import annotations
@@ -33,10 +35,23 @@ ALTERNATIONS = int(os.environ.get("SW_BENCH_ALTERNATIONS", "7"))
 
 
 def run() -> dict:
+    """The figures with the default float32 products, then ``int8_*`` with
+    ``products="int8"``; the vocabulary pass once (it reads logits, whatever made them)."""
+    import steer_widgets as sw
+
+    figures = _figures(sw.Engine.default())
+    int8 = _figures(sw.Engine(sw.load_model(products="int8")))
+    return {
+        **figures,
+        **{f"int8_{k}": v for k, v in int8.items()},
+        "vocab_pass_ms_per_row": vocab_pass_ms_per_row(figures["vocab_size"]),
+    }
+
+
+def _figures(engine) -> dict:
     import steer_widgets as sw
     from steer_widgets.runtime.quant import QuantLinear
 
-    engine = sw.Engine.default()
     source = engine.saes.sources()[len(engine.saes.sources()) // 2]
     base = sw.SteerRequest(
         CHAT, features=[sw.Feature(source, 11, 40.0)], n_completion_tokens=64, temperature=0.5
@@ -77,7 +92,7 @@ def run() -> dict:
     return {
         **ragged,
         "step_ms_by_rows": step_ms_by_rows(engine),
-        "vocab_pass_ms_per_row": vocab_pass_ms_per_row(engine.model.cfg.vocab_size),
+        "vocab_size": engine.model.runtime.cfg.vocab_size,
         "default_s": a,
         "steered_s": b,
         "pair_s": c,
