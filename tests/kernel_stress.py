@@ -155,11 +155,14 @@ class Ragged:
     def __init__(self, q: torch.Tensor, kv: torch.Tensor, rows: torch.Tensor,
                  positions: torch.Tensor, window: int) -> None:  # fmt: skip
         self.q, self.kv, self.rows, self.positions, self.window = q, kv, rows, positions, window
+        # the step's own keys and values: what the cache holds there (the write is checked in
+        # test_ragged.py), so every call reads the same cache
+        self.new = [c[rows, :, positions].unsqueeze(2) for c in kv]  # k, v: [b, Hkv, 1, D]
 
     def __call__(self) -> torch.Tensor:
         k, v = self.kv
         ragged = native.op("ragged_attention")
-        return ragged(self.q, k, v, 0.125, self.rows, self.positions, self.window)
+        return ragged(self.q, k, v, *self.new, 0.125, self.rows, self.positions, self.window)
 
     def alone(self) -> torch.Tensor:
         k, v = self.kv

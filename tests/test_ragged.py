@@ -175,6 +175,37 @@ def test_a_ragged_step_builds_its_row_indexes_once_per_device():
     assert step == Ragged((2, 0), (7, 3))
 
 
+def test_the_ragged_kernel_writes_each_rows_key_and_value_then_attends_alone():
+    """``ragged_attention`` writes each row's new key and value at its own position of its
+    cache row (what two index_put calls per layer did) and attends as that row alone; a
+    bad row is refused before anything is written."""
+    import torch
+
+    from steer_widgets.runtime import native
+
+    if native.extension() is None:
+        pytest.skip("no native kernel on this machine")
+    op, solo = native.op("ragged_attention"), native.op("causal_attention")
+    gen = torch.Generator().manual_seed(0)
+    k, v = torch.randn(2, 5, 3, 40, 64, generator=gen)
+    q = torch.randn(4, 9, 1, 64, generator=gen)
+    new_k, new_v = torch.randn(2, 4, 3, 1, 64, generator=gen)
+    rows, positions = torch.tensor([3, 0, 4, 1]), torch.tensor([7, 39, 0, 20])
+    want_k, want_v = k.clone(), v.clone()
+    want_k[rows, :, positions], want_v[rows, :, positions] = new_k[:, :, 0], new_v[:, :, 0]
+    y = op(q, k, v, new_k, new_v, 0.125, rows, positions, 0)
+    assert torch.equal(k, want_k) and torch.equal(v, want_v)
+    for b, (r, p) in enumerate(zip(rows.tolist(), positions.tolist(), strict=True)):
+        alone = solo(q[b : b + 1], k[r : r + 1, :, : p + 1], v[r : r + 1, :, : p + 1], 0.125, p, 0)
+        assert torch.equal(y[b : b + 1], alone), b
+    before = k.clone()
+    with pytest.raises(RuntimeError, match="appears twice"):
+        op(q, k, v, new_k * 2, new_v, 0.125, torch.tensor([3, 0, 3, 1]), positions, 0)
+    with pytest.raises(RuntimeError, match="outside k"):
+        op(q, k, v, new_k * 2, new_v, 0.125, rows, torch.tensor([7, 40, 0, 20]), 0)
+    assert torch.equal(k, before)
+
+
 def test_rows_up_to_the_context_limit_equal_their_solo_runs(engine, tmp_path):
     """A tiny random Llama with a 48-position context: a 1-token prompt beside one that fills
     the context to its last position (prompt + new tokens = 48), greedy and sampled."""

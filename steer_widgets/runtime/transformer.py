@@ -645,16 +645,17 @@ class Transformer:
 
     def _ragged_attention(self, i: int, q, k, v, cache, step: Ragged, window) -> Tensor:
         """A ragged step's attention: each row's key and value written at its own position of
-        its cache row, then each row attends its own keys (the native kernel reads every row
-        alone; elsewhere one row at a time), exactly as that row decoded alone."""
+        its cache row, then each row attends its own keys (the native kernel does both, and
+        reads every row alone; elsewhere one row at a time), exactly as that row decoded
+        alone."""
         cache_k, cache_v = cache.k[i], cache.v[i]
         rows, positions = step.tensors(cache_k.device)
-        cache_k[rows, :, positions] = k[:, :, 0]
-        cache_v[rows, :, positions] = v[:, :, 0]
         if self.cfg.attn_softcap is None and self._native_attention:
             return self._ragged_attention_op(
-                q, cache_k, cache_v, self._attn_scale, rows, positions, window or 0
+                q, cache_k, cache_v, k, v, self._attn_scale, rows, positions, window or 0
             )
+        cache_k[rows, :, positions] = k[:, :, 0]
+        cache_v[rows, :, positions] = v[:, :, 0]
         parts = []
         for b, (r, p) in enumerate(zip(step.rows, step.positions, strict=True)):
             k_r, v_r = cache_k[r : r + 1, :, : p + 1], cache_v[r : r + 1, :, : p + 1]

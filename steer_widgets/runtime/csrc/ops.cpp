@@ -10,8 +10,10 @@
 #include <c10/core/InferenceMode.h>
 #include <torch/library.h>
 
+#include <cstring>
 #include <optional>
 #include <utility>
+#include <vector>
 
 #ifdef _OPENMP
 #include <omp.h>
@@ -225,16 +227,20 @@ at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::
 }
 
 // One decode position per row of a ragged batch: q [B, H, 1, D], row b of q at position
-// starts[b] of cache row rows[b] of k and v [N, Hkv, L, D] (starts[b] < L), attending that
-// row's keys up to its position (the last `window` where window > 0). Each row's bits are
-// those of the same row decoded alone (causal_attention with start = starts[b]).
-at::Tensor ragged_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                            double scale, const at::Tensor& rows, const at::Tensor& starts,
-                            int64_t window) {
+// starts[b] of cache row rows[b] of k and v [N, Hkv, L, D] (starts[b] < L). First each row's
+// new key and value (k_new and v_new [B, Hkv, 1, D]) are written at its position of its cache
+// row (the cache write of the step, here rather than as two index_put calls per layer), then
+// each row attends its keys up to its position (the last `window` where window > 0). Each
+// row's bits are those of the same row decoded alone (causal_attention with start =
+// starts[b]). Every argument is checked before anything is written.
+at::Tensor ragged_attention(const at::Tensor& q, at::Tensor& k, at::Tensor& v,
+                            const at::Tensor& k_new, const at::Tensor& v_new, double scale,
+                            const at::Tensor& rows, const at::Tensor& starts, int64_t window) {
   TORCH_CHECK(q.dim() == 4 && q.size(2) == 1 && k.dim() == 4 && v.sizes() == k.sizes(),
               "q must be [B, H, 1, D], k and v [N, Hkv, L, D]");
   TORCH_CHECK(q.scalar_type() == at::kFloat && k.scalar_type() == at::kFloat &&
-                  v.scalar_type() == at::kFloat,
+                  v.scalar_type() == at::kFloat && k_new.scalar_type() == at::kFloat &&
+                  v_new.scalar_type() == at::kFloat,
               "float32 only");
   const int64_t B = q.size(0), H = q.size(1), D = q.size(3);
   const int64_t N = k.size(0), Hkv = k.size(1), L = k.size(2);
@@ -243,15 +249,33 @@ at::Tensor ragged_attention(const at::Tensor& q, const at::Tensor& k, const at::
                   starts.size(0) == B && rows.is_contiguous() && starts.is_contiguous(),
               "rows and starts must be contiguous int64 [B]");
   TORCH_CHECK(k.size(3) == D && Hkv > 0 && H % Hkv == 0 && window >= 0, "k and v do not fit q");
+  TORCH_CHECK(k_new.sizes() == at::IntArrayRef({B, Hkv, 1, D}) && v_new.sizes() == k_new.sizes(),
+              "k_new and v_new must be [B, Hkv, 1, D]");
   TORCH_CHECK(D % sw::kBlock == 0 && D <= sw::kMaxHead,
               "head size must be a multiple of 16, at most 256");
-  TORCH_CHECK(q.stride(3) == 1 && k.stride(3) == 1 && v.stride(3) == 1,
-              "the last dim of q, k and v must be contiguous");
+  TORCH_CHECK(q.stride(3) == 1 && k.stride(3) == 1 && v.stride(3) == 1 &&
+                  k_new.stride(3) == 1 && v_new.stride(3) == 1,
+              "the last dim of q, k, v, k_new and v_new must be contiguous");
   const int64_t* row = rows.data_ptr<int64_t>();
   const int64_t* start = starts.data_ptr<int64_t>();
-  for (int64_t b = 0; b < B; ++b)
+  std::vector<bool> taken(static_cast<size_t>(N), false);
+  for (int64_t b = 0; b < B; ++b) {
     TORCH_CHECK(row[b] >= 0 && row[b] < N && start[b] >= 0 && start[b] < L,
                 "row ", b, ": cache row ", row[b], " position ", start[b], " outside k");
+    TORCH_CHECK(!taken[row[b]], "cache row ", row[b], " appears twice in one step");
+    taken[row[b]] = true;
+  }
+  float* kp = k.data_ptr<float>();
+  float* vp = v.data_ptr<float>();
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < Hkv; ++h) {
+      const int64_t at = row[b] * k.stride(0) + h * k.stride(1) + start[b] * k.stride(2);
+      const int64_t av = row[b] * v.stride(0) + h * v.stride(1) + start[b] * v.stride(2);
+      std::memcpy(kp + at, k_new.data_ptr<float>() + b * k_new.stride(0) + h * k_new.stride(1),
+                  static_cast<size_t>(D) * sizeof(float));
+      std::memcpy(vp + av, v_new.data_ptr<float>() + b * v_new.stride(0) + h * v_new.stride(1),
+                  static_cast<size_t>(D) * sizeof(float));
+    }
   auto y = at::empty({B, H, 1, D}, q.options());
   sw::AttentionShape shape{};
   shape.B = B, shape.H = H, shape.Hkv = Hkv, shape.T = 1, shape.L = L, shape.D = D;
@@ -259,9 +283,8 @@ at::Tensor ragged_attention(const at::Tensor& q, const at::Tensor& k, const at::
   shape.ks0 = k.stride(0), shape.ks1 = k.stride(1), shape.ks2 = k.stride(2);
   shape.vs0 = v.stride(0), shape.vs1 = v.stride(1), shape.vs2 = v.stride(2);
   shape.start = 0, shape.window = window, shape.rows = row, shape.starts = start;
-  sw::causal_attention(q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(),
-                       y.data_ptr<float>(), shape, static_cast<float>(scale),
-                       threads_for_kernels());
+  sw::causal_attention(q.data_ptr<float>(), kp, vp, y.data_ptr<float>(), shape,
+                       static_cast<float>(scale), threads_for_kernels());
   return y;
 }
 
@@ -333,8 +356,8 @@ TORCH_LIBRARY(steer_widgets, m) {
   m.def("rotary(Tensor x, Tensor cos, Tensor sin) -> Tensor", &rotary);
   m.def("causal_attention(Tensor q, Tensor k, Tensor v, float scale, int start, int window) -> Tensor",
         &causal_attention);
-  m.def("ragged_attention(Tensor q, Tensor k, Tensor v, float scale, Tensor rows, Tensor starts, "
-        "int window) -> Tensor",
+  m.def("ragged_attention(Tensor q, Tensor(a!) k, Tensor(b!) v, Tensor k_new, Tensor v_new, "
+        "float scale, Tensor rows, Tensor starts, int window) -> Tensor",
         &ragged_attention);
   m.def("quant_linear(Tensor x, Tensor packed, int n_out, int qtype, Tensor? bias=None) -> Tensor",
         &quant_linear);

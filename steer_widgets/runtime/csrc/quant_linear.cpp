@@ -330,9 +330,8 @@ constexpr auto kQWideTiles = qtiles<T, kWide>(std::make_integer_sequence<int, kW
 template <int64_t T>
 constexpr auto kQTiles = qtiles<T, kTile>(std::make_integer_sequence<int, kRows>{});
 
-// Up to this many rows (decode rows), each group of kRows dequantizes the weights again in
+// Up to kPanelRows rows (simd.h), each group of kRows dequantizes the weights again in
 // registers; more (a prefill), each column block is dequantized once into a panel.
-constexpr int64_t kPanelRows = 2 * kRows;
 
 template <int64_t T>
 void qlinear(const float* xp, const uint8_t* wp, const float* bp, float* yp, int64_t M, int64_t K,

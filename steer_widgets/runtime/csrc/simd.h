@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 
 #if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
 #include <immintrin.h>
@@ -24,6 +25,9 @@ constexpr int kWideRows = 2;
 #if defined(__AVX512F__)
 constexpr int kRows = 6, kTile = 4;  // 24 accumulators + 4 weight lines of 32 registers
 constexpr int kWide = 8;  // two rows: 16 accumulators + 8 weight lines
+// Above this many rows the quantized kernel dequantizes each column block once into a panel
+// for the float32 tiles; up to it, each group of kRows rows dequantizes in registers again.
+constexpr int64_t kPanelRows = 2 * kRows;
 struct Vec {
   __m512 v;
 };
@@ -43,8 +47,13 @@ inline void store(float* p, const Vec& v, int64_t n, const float* bias) {
   _mm512_mask_storeu_ps(p, mask, out);
 }
 #elif defined(__AVX2__) && defined(__FMA__)
-constexpr int kRows = 3, kTile = 2;  // 12 + 4 of 16 registers (a block is two of them)
-constexpr int kWide = kTile;
+// 12 accumulators + 2 weight lines + a broadcast of 16 registers (a block is two of them):
+// the 3 x 2 tiles before needed 17 and spilled (docs/benchmarks.md#tiles-on-avx2-2026-12-04)
+constexpr int kRows = 6, kTile = 1;
+constexpr int kWide = 2;  // two rows: 8 accumulators + 4 weight lines
+// Dequantizing in registers again for every group of kRows rows measured faster here than
+// the panel path at every row count up to 64 and in a 300-token prefill: no panels.
+constexpr int64_t kPanelRows = std::numeric_limits<int64_t>::max();
 struct Vec {
   __m256 lo, hi;
 };
@@ -71,6 +80,7 @@ inline void store(float* p, const Vec& v, int64_t n, const float* bias) {
 }
 #else
 constexpr int kRows = 4, kTile = 1, kWide = 1;
+constexpr int64_t kPanelRows = 2 * kRows;
 struct Vec {
   float f[kBlock];
 };
