@@ -252,3 +252,19 @@ def test_token_logprobs_of_a_greedy_completion_are_each_steps_maximum(engine):
     n = len(out.token_ids)
     best = torch.log_softmax(logits[-n - 1 : -1], -1).max(-1).values
     assert torch.allclose(lp, best, atol=1e-5)
+
+
+def test_a_hook_captured_on_the_way_to_a_deeper_one_has_one_row_per_example(engine):
+    """Three shipped SAEs read blocks.12: a set's statistics taken for blocks.22 capture
+    blocks.12 on the way, once (before, once per SAE: its means had 3 rows per example, and
+    a concept vector there depended on which hook had been asked first)."""
+    concepts = engine.concepts
+    hooks = [engine.saes.config(s).hook_name for s in engine.saes.sources()]
+    assert hooks.count("blocks.12.hook_resid_post") > 1  # what made the duplicates
+    examples = ["The cat sat on the mat.", "Rain fell all night long."]
+    concepts.means(examples, ["blocks.22.hook_resid_post"])
+    cached = concepts.means(examples, ["blocks.12.hook_resid_post"])["blocks.12.hook_resid_post"]
+    # the same texts, another set: blocks.12 asked for first, so computed for itself
+    alone = concepts.means(examples[::-1], ["blocks.12.hook_resid_post"])
+    assert cached.shape == (2, 576)
+    assert torch.equal(cached, alone["blocks.12.hook_resid_post"].flip(0))

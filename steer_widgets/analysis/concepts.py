@@ -356,12 +356,16 @@ class Concepts:
         return {h: have[h] for h in hooks}
 
     def _concept_hooks(self) -> list[str]:
-        """The hooks concept tools read: the default layer and every whole-hook SAE's."""
+        """The hooks concept tools read, each once: the default layer and every whole-hook
+        SAE's (several SAEs may read one hook; listed once per SAE, a hook read on the way
+        to a deeper one was captured once per SAE, and its per-example means had a row per
+        SAE for every example)."""
         saes = self.engine.saes
-        return [
+        hooks = [
             self.default_hook(),
             *(saes.config(s).hook_name for s in self._whole_hook_sources()),
         ]
+        return list(dict.fromkeys(hooks))
 
     def default_sources(self) -> list[str]:
         """The whole-hook SAEs nearest the concept layer, where steering works. Cosines are not
