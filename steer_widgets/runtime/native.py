@@ -77,7 +77,7 @@ class BuildFailed(RuntimeError):
 def extension() -> Callable[[Tensor, Tensor, int], Tensor] | None:
     """The compiled op (built once per machine and cached), or None with one warning."""
     try:
-        if not hasattr(torch.ops.steer_widgets, "rowwise_linear"):  # a process loads it once
+        if not loaded("rowwise_linear"):  # a process loads it once
             _build()
         return torch.ops.steer_widgets.rowwise_linear
     except Exception as exc:  # no compiler, no ninja, a failed build: oneDNN still works
@@ -190,7 +190,7 @@ def one_openmp_thread() -> Iterator[None]:
     wake an OpenMP team whose threads spin for milliseconds on the cores that pool needs
     next (a sampled decode ran 1.4x slower, a 42-token prefill 1.4x). A no-op where no
     runtime of this process loaded the kernel (it is never built for this)."""
-    if not hasattr(torch.ops.steer_widgets, "openmp_threads"):
+    if not loaded("openmp_threads"):
         yield
         return
     before = op("openmp_threads")(1)
@@ -218,7 +218,7 @@ def noise_start(out: Tensor, gen: torch.Generator) -> int | None:
     drawn while the model runs); a ticket for ``noise_finish``, or None where no runtime of
     this process loaded the kernel (it is never built for this). ``gen`` is the draw's until
     then."""
-    if not hasattr(torch.ops.steer_widgets, "noise_start") or not queue_is_exact():
+    if not loaded("noise_start") or not queue_is_exact():
         return None
     return op("noise_start")(out, gen)
 

@@ -10,7 +10,7 @@
 // for, so a seed's tokens stay torch.multinomial's. The scaling is the same float32 division,
 // product and difference torch computes element by element (correctly rounded, no fused
 // multiply-add: the build's -ffp-contract=off), and the argmax, the checks and the top k are
-// one scalar loop each. A row's results depend on its own inputs alone, whichever thread ran it.
+// scans on four floats at a time. A row's results depend on its own inputs alone, whichever thread ran it.
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/_log_softmax.h>
 #include <ATen/ops/_softmax.h>
