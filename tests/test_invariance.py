@@ -59,3 +59,18 @@ def test_every_matmul_kernel_keeps_batched_rows_exact(kernel):
     runtime = Transformer(TransformerConfig.from_hf_config(config), state, kernel=kernel)
     assert runtime.unembed.kernel == kernel  # the native kernel builds on the test machines
     _assert_decode_step_rows_equal_rows_alone(runtime, torch.tensor([[1, 5, 9, 200, 7]]))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_precision_rows_equal_rows_alone(dtype):
+    """The "rows" kernel in half precision on a CPU: torch's batched product rounded a bf16
+    row apart from the single-row product about once in 300 rows (AVX-512 BF16), too rarely
+    for the load-time calibration; here a row of any batch is its solo product, every time."""
+    from steer_widgets.runtime.linear import Linear
+
+    gen = torch.Generator().manual_seed(0)
+    lin = Linear((0.02 * torch.randn(64, 64, generator=gen)).to(dtype), kernel="rows")
+    for trial in range(400):
+        rows = 2 + trial % 15
+        x = torch.randn(rows, 1, 64, generator=gen).to(dtype) * 10.0 ** (trial % 5 - 2)
+        assert rows_match_solo(lin, x), (trial, rows)

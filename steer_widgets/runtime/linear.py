@@ -21,7 +21,8 @@ generated alone. Three kernels avoid that:
   matrix-vector kernel). With several decode rows each row still gets its own
   matrix-vector product (a ``bmm`` over the rows against the same weight), one slice of the
   weight at a time so the slice is still in cache when the next row reads it; rows cost
-  nearly their sum (a pair 1.7x a row).
+  nearly their sum (a pair 1.7x a row). In half precision on a CPU each row runs the very
+  call it runs alone, as batched half-precision products rounded rows apart now and then.
 
 ``invariance.py`` measures at load that the chosen kernel keeps rows exact (else rows go in
 smaller groups). On GPUs (and for dtypes other than float32) it is ``"rows"``, the plain
@@ -91,6 +92,11 @@ class Linear:
         rows = x.shape[0]
         if rows == 1 or x.dim() != 3 or x.shape[1] != 1 or x.device.type != "cpu":
             return torch.matmul(x, self.wt)
+        if x.dtype != torch.float32:
+            # half precision: torch's batched product rounds a row apart from the single-row
+            # one now and then (a bf16 bmm, 1 row in 300, AVX-512 BF16, 2026-12-04), too rarely
+            # for the load-time calibration to see: each row gets the solo call itself
+            return torch.cat([torch.matmul(x[i : i + 1].clone(), self.wt) for i in range(rows)])
         # decode rows on a CPU: a matrix-vector product each, one cached weight slice at a time
         parts = [torch.bmm(x, self.wt[:, a:b].expand(rows, -1, -1)) for a, b in self.col_slices]
         return torch.cat(parts, dim=-1)
