@@ -27,6 +27,10 @@ CPU = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else "
 AVX2 = ("-march=x86-64-v3",)
 # AVX2 and FMA without F16C: the half conversions in plain C++.
 AVX2_NO_F16C = ("-mavx2", "-mfma")
+# AVX2 with AVX-VNNI's 256-bit integer dot products (a CPU without AVX-512 that has them).
+AVX2_VNNI = ("-march=x86-64-v3", "-mavxvnni")
+# AVX-512 without VNNI: the float32 AVX-512 tiles, the int8 products' AVX2 path.
+AVX512_NO_VNNI = ("-march=skylake-avx512",)
 # The portable C++ code with FMA in hardware, as ARM has it.
 PORTABLE = ("-march=x86-64", "-mfma")
 # The portable C++ code, no FMA instruction at all.

@@ -9,7 +9,7 @@ import native_ops
 import numpy as np
 import pytest
 import torch
-from kernel_variants import AVX2, ROOT, SCALAR, runs_here
+from kernel_variants import AVX2, AVX2_VNNI, AVX512_NO_VNNI, ROOT, SCALAR, runs_here
 
 import steer_widgets as sw
 from steer_widgets.errors import QuantizationUnsupported
@@ -300,15 +300,27 @@ def int8_digest() -> str:
     return digest.hexdigest()
 
 
-@pytest.mark.parametrize("variant", [AVX2, SCALAR], ids=["avx2", "scalar"])
+NEEDS = {  # the CPU features each variant's build runs on
+    AVX2: ("avx2", "fma", "f16c"),
+    AVX2_VNNI: ("avx2", "fma", "f16c", "avx_vnni"),
+    AVX512_NO_VNNI: ("avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512cd"),
+    SCALAR: (),
+}
+
+
+@pytest.mark.parametrize(
+    "variant", list(NEEDS), ids=["avx2", "avx2-vnni", "avx512-no-vnni", "scalar"]
+)
 def test_every_instruction_set_path_gives_the_same_bits(variant, kernel_variants):
     """This CPU's build takes one path; the others are built for it, each once per session
-    (shared with test_build_paths and test_native_linear: ``kernel_variants.py``)."""
+    (shared with test_build_paths and test_native_linear: ``kernel_variants.py``), where
+    this CPU can run them: AVX-512 VNNI, AVX-VNNI, AVX2 and portable int8 sums all give one
+    integer, so one set of bits."""
     import subprocess
     import sys
 
-    if variant == AVX2 and not runs_here("avx2", "fma", "f16c"):
-        pytest.skip("no AVX2, FMA and F16C here")
+    if not runs_here(*NEEDS[variant]):
+        pytest.skip(f"this CPU lacks one of {NEEDS[variant]}")
     proc = subprocess.run(
         [sys.executable, "-c", VARIANT, kernel_variants.flags(variant)],
         env=kernel_variants.env(variant), capture_output=True, text=True, timeout=900, cwd=ROOT,

@@ -27,11 +27,16 @@
 // The layout (quant.py's pack_int8), per 16 output columns and 32 k: the 16 scales dw (f16),
 // for Q4_1 the 16 mins mw (f16), then the codes in two halves of 8 columns; the wide types'
 // scales (Q6_K: two lines) and offsets as float32 lines, as quant_linear's wide layout.
-// Within a half, a 32-bit lane holds one column's 4 consecutive k (byte 4c + j: column c, k = 4q + j), so one
-// multiply-add of 32 bytes (vpmaddubsw) takes 8 columns x 4 k: the byte types as 8 such
-// lines (k-quads q = 0..7; Q8_0 and Q6_K signed, Q5_1 and Q5_K unsigned), the 4-bit types
-// as 4 lines of bytes whose low nibble is quad 2l and high nibble quad 2l + 1. The bytes per
-// group equal quant_linear's.
+// Within a half, a 32-bit lane holds one column's 4 consecutive k (byte 4c + j: column c,
+// k = 4q + j), so one multiply-add of 32 bytes (vpmaddubsw, or VNNI's vpdpbusd) takes 8
+// columns x 4 k: the byte types as 8 such lines (k-quads q = 0..7; Q8_0 and Q6_K signed,
+// Q5_1 and Q5_K unsigned), the 4-bit types as 4 lines of bytes whose low nibble is quad 2l
+// and high nibble quad 2l + 1. The bytes per group equal quant_linear's. AVX-512 VNNI reads
+// both halves' line q into one 64-byte register: a column block's 16 columns at once.
+//
+// Builds: AVX-512 with VNNI (16 columns a register, vpdpbusd), AVX2 with AVX-VNNI or
+// AVX-512 VNNI's 256-bit form (8 columns, vpdpbusd), AVX2 (8 columns, vpmaddubsw), and the
+// portable C++; every one sums the same integers, so every one gives the same bits.
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -65,26 +70,90 @@ struct Rows {
   std::vector<int32_t> s;  // [M, K / 32]
 };
 
-Rows quantize(const float* x, int64_t M, int64_t K) {
+// One block of 32: its codes, scale and code sum. Every path computes the same numbers: the
+// maximum is exact in any order (a NaN |x| is passed over, as std::max(amax, |x|) does), the
+// product is one rounded multiply, the rounding half to even, and the clamp takes a NaN to
+// -127 (as the vector max does), so no build differs on any input.
+inline float clamp127(float v) {
+  v = v > -127.0f ? v : -127.0f;
+  return v < 127.0f ? v : 127.0f;
+}
+
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+inline void quantize_block(const float* xb, int8_t* q, float& d, int32_t& s) {
+  const __m512 a = _mm512_loadu_ps(xb), b = _mm512_loadu_ps(xb + 16);
+  const __m512 m =
+      _mm512_max_ps(_mm512_abs_ps(b), _mm512_max_ps(_mm512_abs_ps(a), _mm512_setzero_ps()));
+  const float amax = _mm512_reduce_max_ps(m);
+  const __m512 inv = _mm512_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
+  const __m512 lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
+  constexpr int kNearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+  __m512i c[2];
+  const __m512 v[2] = {a, b};
+  for (int h = 0; h < 2; ++h) {
+    const __m512 r = _mm512_roundscale_ps(_mm512_mul_ps(v[h], inv), kNearest);
+    c[h] = _mm512_cvtps_epi32(_mm512_min_ps(_mm512_max_ps(r, lo), hi));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 16 * h), _mm512_cvtepi32_epi8(c[h]));
+  }
+  d = amax / 127.0f;
+  s = _mm512_reduce_add_epi32(_mm512_add_epi32(c[0], c[1]));
+}
+#elif defined(__AVX2__)
+inline void quantize_block(const float* xb, int8_t* q, float& d, int32_t& s) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  __m256 v[4], m = _mm256_setzero_ps();
+  for (int i = 0; i < 4; ++i) {
+    v[i] = _mm256_loadu_ps(xb + 8 * i);
+    m = _mm256_max_ps(_mm256_andnot_ps(sign, v[i]), m);
+  }
+  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  const float amax = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+  const __m256 inv = _mm256_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
+  const __m256 lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f);
+  __m256i c[4], sum = _mm256_setzero_si256();
+  for (int i = 0; i < 4; ++i) {
+    const __m256 r = _mm256_round_ps(_mm256_mul_ps(v[i], inv),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    c[i] = _mm256_cvtps_epi32(_mm256_min_ps(_mm256_max_ps(r, lo), hi));
+    sum = _mm256_add_epi32(sum, c[i]);
+  }
+  // llama.cpp's packing order: two packs interleave the lanes, one permute restores k order
+  const __m256i p =
+      _mm256_packs_epi16(_mm256_packs_epi32(c[0], c[1]), _mm256_packs_epi32(c[2], c[3]));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(q),
+                      _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+  __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
+  s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4e));
+  s = _mm_cvtsi128_si32(_mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xb1)));
+  d = amax / 127.0f;
+}
+#else
+inline void quantize_block(const float* xb, int8_t* q, float& d, int32_t& s) {
+  float amax = 0.0f;
+  for (int64_t k = 0; k < kQK; ++k) amax = std::max(amax, std::fabs(xb[k]));
+  const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+  int32_t sum = 0;
+  for (int64_t k = 0; k < kQK; ++k) {
+    q[k] = static_cast<int8_t>(clamp127(std::nearbyint(xb[k] * inv)));  // half to even
+    sum += q[k];
+  }
+  d = amax / 127.0f;
+  s = sum;
+}
+#endif
+
+// every row's blocks, rows side by side on the pool (each block is computed alone)
+Rows quantize(const float* x, int64_t M, int64_t K, int64_t threads) {
   const int64_t G = K / kQK;
   Rows r{std::vector<int8_t>(static_cast<size_t>(M * K)),
          std::vector<float>(static_cast<size_t>(M * G)),
          std::vector<int32_t>(static_cast<size_t>(M * G))};
-  for (int64_t i = 0; i < M * G; ++i) {
-    const float* xb = x + i * kQK;
-    float amax = 0.0f;
-    for (int64_t k = 0; k < kQK; ++k) amax = std::max(amax, std::fabs(xb[k]));
-    const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
-    int32_t sum = 0;
-    for (int64_t k = 0; k < kQK; ++k) {
-      const float v = std::nearbyint(xb[k] * inv);  // round half to even, as the vector paths
-      const int8_t q = static_cast<int8_t>(std::clamp(v, -127.0f, 127.0f));
-      r.q[static_cast<size_t>(i * kQK + k)] = q;
-      sum += q;
-    }
-    r.d[static_cast<size_t>(i)] = amax / 127.0f;
-    r.s[static_cast<size_t>(i)] = sum;
-  }
+  parallel_for(threads, 0, M * G, 2048, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i)
+      quantize_block(x + i * kQK, r.q.data() + i * kQK, r.d[static_cast<size_t>(i)],
+                     r.s[static_cast<size_t>(i)]);
+  });
   return r;
 }
 
@@ -109,7 +178,114 @@ inline float factor(int64_t t, const uint8_t* grp, int64_t line, int64_t c) {
   return f;
 }
 
-#if defined(__AVX2__) && defined(__FMA__)
+#if defined(__AVX512BW__) && defined(__AVX512VNNI__)
+// AVX-512 VNNI: a column block's 16 columns in one register (column c in lane c), both halves'
+// codes side by side; a signed weight's sign moves to the activation (its absolute value is
+// the unsigned operand), as the sign trick below, so every sum is the same integer.
+constexpr int kRowTile = 4;
+
+// the 16 columns' scale (line 0 or 1: Q6_K's k 16-31) or offset (line -1) of a group
+template <int64_t T>
+inline __m512 factors16(const uint8_t* grp, int64_t line) {
+  if constexpr (wide(T)) {
+    const int64_t at = line < 0 ? 64 * (T == kQ6_K ? 2 : 1) : 64 * line;
+    return _mm512_loadu_ps(reinterpret_cast<const float*>(grp + at));
+  }
+  return _mm512_cvtph_ps(
+      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(grp + (line < 0 ? 32 : 0))));
+}
+
+// line l of both halves of a group's codes: columns 0-7 then 8-15
+template <int64_t T>
+inline __m512i codes16(const uint8_t* codes, int l) {
+  const auto* lo = reinterpret_cast<const __m256i*>(codes + 32 * l);
+  const auto* hi = reinterpret_cast<const __m256i*>(codes + half_bytes(T) + 32 * l);
+  return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(lo)),
+                            _mm256_loadu_si256(hi), 1);
+}
+
+// R rows x the 16 columns of column block b, every group: y (+ bias)
+template <int64_t T, int R>
+void block_tile(const Rows& x, int64_t m0, const uint8_t* w, const float* bias, float* y,
+                int64_t K, int64_t N, int64_t b) {
+  const int64_t G = K / kQK, gb = quant_group_bytes(T);
+  const __m512i low = _mm512_set1_epi8(0x0f);
+  __m512 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
+  for (int64_t g = 0; g < G; ++g) {
+    const uint8_t* grp = w + (b * G + g) * gb;
+    const __m512 sw = factors16<T>(grp, 0);
+    const __m512 sw2 = T == kQ6_K ? factors16<T>(grp, 1) : _mm512_setzero_ps();
+    const __m512 ow = has_offset(T) ? factors16<T>(grp, -1) : _mm512_setzero_ps();
+    const uint8_t* codes = grp + scale_bytes(T);
+    __m512i wq[8];
+    __mmask64 neg[8] = {};
+    for (int l = 0; l < (nibbles(T) ? 4 : 8); ++l) {
+      const __m512i v = codes16<T>(codes, l);
+      if constexpr (!nibbles(T)) {
+        wq[l] = v;
+      } else {
+        wq[2 * l] = _mm512_and_si512(v, low);
+        wq[2 * l + 1] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
+      }
+    }
+    if constexpr (signed_codes(T))
+      for (int q = 0; q < 8; ++q) {
+        neg[q] = _mm512_movepi8_mask(wq[q]);
+        wq[q] = _mm512_abs_epi8(wq[q]);
+      }
+    for (int r = 0; r < R; ++r) {
+      const int64_t row = m0 + r;
+      const int8_t* xq = x.q.data() + row * K + g * kQK;
+      __m512i s[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+      for (int q = 0; q < 8; ++q) {
+        int32_t quad;
+        std::memcpy(&quad, xq + 4 * q, 4);
+        __m512i xb = _mm512_set1_epi32(quad);
+        if constexpr (signed_codes(T))
+          xb = _mm512_mask_sub_epi8(xb, neg[q], _mm512_setzero_si512(), xb);
+        const int a = T == kQ6_K ? q / 4 : q % 2;  // Q6_K: k 0-15 in s0, 16-31 in s1
+        s[a] = _mm512_dpbusd_epi32(s[a], wq[q], xb);
+      }
+      const float dx = x.d[static_cast<size_t>(row * G + g)];
+      const int32_t sx = x.s[static_cast<size_t>(row * G + g)];
+      __m512i t = T == kQ6_K ? s[0] : _mm512_add_epi32(s[0], s[1]);
+      if constexpr (T == kQ4_0) t = _mm512_sub_epi32(t, _mm512_set1_epi32(8 * sx));
+      const __m512 dxv = _mm512_set1_ps(dx);
+      acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t), _mm512_mul_ps(sw, dxv), acc[r]);
+      if constexpr (T == kQ6_K)
+        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[1]), _mm512_mul_ps(sw2, dxv), acc[r]);
+      if constexpr (has_offset(T))
+        acc[r] = _mm512_fmadd_ps(ow, _mm512_set1_ps(dx * static_cast<float>(sx)), acc[r]);
+    }
+  }
+  const int64_t col = b * kBlock, n = std::min(kBlock, N - col);
+  const auto mask = static_cast<__mmask16>(n == kBlock ? 0xffffu : (1u << n) - 1);
+  for (int r = 0; r < R; ++r) {
+    const __m512 out =
+        bias ? _mm512_add_ps(acc[r], _mm512_maskz_loadu_ps(mask, bias + col)) : acc[r];
+    _mm512_mask_storeu_ps(y + (m0 + r) * N + col, mask, out);
+  }
+}
+
+template <int64_t T, int... Rs>
+constexpr auto block_tiles(std::integer_sequence<int, Rs...>) {
+  using Fn = void (*)(const Rows&, int64_t, const uint8_t*, const float*, float*, int64_t,
+                      int64_t, int64_t);
+  return std::array<Fn, sizeof...(Rs)>{block_tile<T, Rs + 1>...};
+}
+
+// column block b for every row: the block's codes stay in L1 across the row tiles
+template <int64_t T>
+void column_block(const Rows& x, int64_t M, const uint8_t* w, const float* bias, float* y,
+                  int64_t K, int64_t N, int64_t b) {
+  static constexpr auto tiles = block_tiles<T>(std::make_integer_sequence<int, kRowTile>{});
+  for (int64_t m = 0; m < M; m += kRowTile) {
+    const int rows = static_cast<int>(std::min<int64_t>(kRowTile, M - m));
+    tiles[rows - 1](x, m, w, bias, y, K, N, b);
+  }
+}
+#elif defined(__AVX2__) && defined(__FMA__)
 constexpr int kRowTile = 4;
 
 inline __m256 scales8(const uint8_t* p) {  // 8 halves
@@ -135,8 +311,36 @@ inline __m256 factors8(const uint8_t* grp, int64_t line, int64_t h) {
 // R rows x the 8 columns of half h of column block b, every group: y (+ bias)
 // a row's integer sums over one half-group: t[0] (every k; Q6_K: k 0-15) and t[1] (Q6_K:
 // k 16-31), 8 columns each
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+#define SW_DPBUSD(acc, u, s) _mm256_dpbusd_epi32(acc, u, s)
+#elif defined(__AVXVNNI__)
+#define SW_DPBUSD(acc, u, s) _mm256_dpbusd_avx_epi32(acc, u, s)
+#endif
+
 template <int64_t T>
 inline void row_sums(const __m256i (&wq)[8], const int8_t* xq, __m256i (&t)[2]) {
+#if defined(SW_DPBUSD)
+  // VNNI: each lane's 4 byte products summed straight into int32 (no int16 stage to keep
+  // from saturating), the same integers as below; four chains, as one is latency-bound
+  __m256i s[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(),
+                  _mm256_setzero_si256()};
+  for (int q = 0; q < 8; ++q) {
+    int32_t quad;
+    std::memcpy(&quad, xq + 4 * q, 4);
+    const __m256i xb = _mm256_set1_epi32(quad);
+    const int a = T == kQ6_K ? q / 4 * 2 + q % 2 : q % 4;  // Q6_K: k 0-15 in s0, s1
+    if constexpr (signed_codes(T))
+      s[a] = SW_DPBUSD(s[a], _mm256_sign_epi8(wq[q], wq[q]), _mm256_sign_epi8(xb, wq[q]));
+    else
+      s[a] = SW_DPBUSD(s[a], wq[q], xb);
+  }
+  if constexpr (T == kQ6_K) {
+    t[0] = _mm256_add_epi32(s[0], s[1]);
+    t[1] = _mm256_add_epi32(s[2], s[3]);
+  } else {
+    t[0] = _mm256_add_epi32(_mm256_add_epi32(s[0], s[1]), _mm256_add_epi32(s[2], s[3]));
+  }
+#else
   const __m256i ones = _mm256_set1_epi16(1);
   __m256i s16[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
   __m256i s32 = _mm256_setzero_si256();
@@ -167,6 +371,7 @@ inline void row_sums(const __m256i (&wq)[8], const int8_t* xq, __m256i (&t)[2]) 
   } else {
     t[0] = _mm256_add_epi32(_mm256_madd_epi16(s16[0], ones), _mm256_madd_epi16(s16[1], ones));
   }
+#endif
 }
 
 // R rows x the 8 columns of half h of column block b, every group: y (+ bias)
@@ -268,7 +473,7 @@ void column_block(const Rows& x, int64_t M, const uint8_t* w, const float* bias,
 template <int64_t T>
 void int8_products(const float* x, const uint8_t* w, const float* bias, float* y, int64_t M,
                    int64_t K, int64_t N, int64_t threads) {
-  const Rows rows = quantize(x, M, K);
+  const Rows rows = quantize(x, M, K, threads);
   const int64_t blocks = (N + kBlock - 1) / kBlock;
   parallel_for(threads, 0, blocks, linear_grain(M, K), [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) column_block<T>(rows, M, w, bias, y, K, N, b);
