@@ -88,6 +88,13 @@ class Linear:
         out = self._packed(x) if self.kernel == "onednn" else self._rows(x)
         return out if self.bias is None else out + self.bias
 
+    def native_product(self) -> tuple | None:
+        """``(packed, kind, qtype, out_features, bias)``, how ``decoder_block`` reads this
+        product (kind 0: the native float32 blocks); None where the kernel is another."""
+        if self.kernel != "native":
+            return None
+        return self.packed, 0, 0, self.out_features, self.bias
+
     def _rows(self, x: Tensor) -> Tensor:
         rows = x.shape[0]
         if rows == 1 or x.dim() != 3 or x.shape[1] != 1 or x.device.type != "cpu":

@@ -385,6 +385,12 @@ class QuantLinear:
     def __call__(self, x: Tensor) -> Tensor:
         return self._op(x, self.packed, self.out_features, self.qtype, self.bias)
 
+    def native_product(self) -> tuple:
+        """``(packed, kind, qtype, out_features, bias)``, how ``decoder_block`` reads this
+        product (kind 1: ``quant_linear``, 2: ``int8_linear``)."""
+        kind = 2 if self.products == "int8" else 1
+        return self.packed, kind, self.qtype, self.out_features, self.bias
+
     def _float_layout(self) -> Tensor:
         """The float32 kernel's packing, which ``rows`` and ``dense`` read."""
         if self._float_packed is None:
@@ -445,6 +451,10 @@ class QuantParts:
 
     def __call__(self, x: Tensor) -> Tensor:
         return torch.cat([part(x) for part in self.parts], dim=-1)
+
+    def native_product(self) -> None:
+        """None: ``decoder_block`` reads one packed matrix a product (its block takes the ops)."""
+        return None
 
     def rows(self, ids: Tensor) -> Tensor:
         """Rows ``ids`` of the fused ``W``, each from its part, dequantized: [..., in]. An id

@@ -284,6 +284,13 @@ class Transformer:
             self._ragged_attention_op = native.op("ragged_attention")
         self._native_attention = self._native_ops and native.reads_heads_of(cfg.d_head)
         self._attn_scale = cfg.attn_scale or cfg.d_head**-0.5
+        # per block, decoder_block's products where it computes that block in one call
+        self._fused = [self._block_products(layer) for layer in self.layers]
+        if any(f is not None for f in self._fused):
+            self._decoder_block = native.op("decoder_block")
+        self._block_hooks = [
+            tuple(f"blocks.{i}.{kind}" for kind in HOOK_KINDS) for i in range(cfg.n_layers)
+        ]
         self.row_groups = self.calibrate()
 
     @property
@@ -406,6 +413,7 @@ class Transformer:
         products whose backward reads the weights it needs)."""
         shadow = copy.copy(self)
         shadow._native_ops = shadow._native_attention = False
+        shadow._fused = [None] * len(self.layers)
         shadow._rope = {}
         shadow._mm = mm
         raw = Transformer.forward.__wrapped__
@@ -586,7 +594,34 @@ class Transformer:
             return fn(*xs)
         return torch.cat([fn(*(x[i : i + g] for x in xs)) for i in range(0, b, g)])
 
+    def _block_products(self, layer: Layer) -> tuple | None:
+        """``decoder_block``'s products of ``layer`` (packed, kinds, qtypes, widths, biases)
+        where it computes the block: RMS pre-norms, rotary, no q/k norms or post-norms, a
+        gated SiLU MLP, the native attention without a soft cap, each product a native one
+        of one packed matrix. None elsewhere: the ops below run one by one."""
+        cfg = self.cfg
+        plain = (
+            self._native_attention and cfg.norm != "layer" and cfg.gated_mlp
+            and cfg.act in ("silu", "swish") and not cfg.parallel_residual
+            and cfg.attn_softcap is None and bool(cfg.ropes) and layer.q_norm is None
+            and layer.post_attn_norm is None and layer.post_mlp_norm is None
+        )  # fmt: skip
+        if not plain:
+            return None
+        lins = (layer.wqkv, layer.wo, layer.w_gate_up, layer.w_down)
+        products = [lin.native_product() for lin in lins]
+        if any(p is None for p in products):
+            return None
+        return tuple(list(column) for column in zip(*products, strict=True))
+
     def _block(self, i: int, x: Tensor, start: int | Ragged, cache, hooks, rotary) -> Tensor:
+        fused = self._fused[i]
+        if (
+            fused is not None and cache is not None and isinstance(start, int)
+            and (x.shape[1] > 1 or x.shape[0] <= min(self.row_groups.values()))
+            and not any(name in hooks for name in self._block_hooks[i])
+        ):  # fmt: skip
+            return self._fused_block(i, x, start, cache, rotary, fused)
         layer, p = self.layers[i], f"blocks.{i}."
         x = _run(hooks, p + "hook_resid_pre", x, start)
         attn_out = self._attention(i, self._norm(x, layer.attn_norm), start, cache, hooks, rotary)
@@ -599,6 +634,16 @@ class Transformer:
         x = _run(hooks, p + "hook_resid_mid", x + attn_out, start)
         mlp_out = _run(hooks, p + "hook_mlp_out", self._mlp(layer, x), start)
         return _run(hooks, p + "hook_resid_post", x + mlp_out, start)
+
+    def _fused_block(self, i: int, x: Tensor, start: int, cache, rotary, fused) -> Tensor:
+        """``_block`` in one native call (``decoder_block``: the same ops in the same order,
+        so the same bits): a block no hook reads, continuing every cache row at ``start``."""
+        cfg, layer = self.cfg, self.layers[i]
+        window = cfg.windows[i] if cfg.windows else None
+        return self._decoder_block(
+            x, layer.attn_norm[0], layer.mlp_norm[0], *fused, *rotary, cache.k[i], cache.v[i],
+            start, window or 0, cfg.norm_eps, cfg.n_heads, cfg.n_kv_heads, self._attn_scale,
+        )  # fmt: skip
 
     def _mlp(self, layer: Layer, x: Tensor) -> Tensor:
         """The MLP of the residual ``x``, from its input norm to its post-norm (if any)."""

@@ -7,6 +7,8 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
+#include <ATen/TensorOperators.h>
+#include <ATen/ops/silu.h>
 #include <c10/core/InferenceMode.h>
 #include <torch/library.h>
 
@@ -348,6 +350,52 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> vocab_pass(
 // The pool's worker threads started so far.
 int64_t pool_workers() { return sw::pool_workers(); }
 
+// A product of decoder_block: the packed weight by its kind (0: float32 blocks, rowwise_linear;
+// 1: GGUF blocks, quant_linear; 2: GGUF blocks times int8 activations, int8_linear)
+at::Tensor block_product(const at::Tensor& x, const at::Tensor& packed, int64_t kind,
+                         int64_t qtype, int64_t n_out, const std::optional<at::Tensor>& bias) {
+  if (kind == 0) return linear(x, packed, n_out, bias);
+  return quant_product(kind == 1 ? sw::quant_linear : sw::int8_linear, x, packed, n_out, qtype,
+                       bias);
+}
+
+// One pre-norm block with rotary attention and a gated SiLU MLP (Llama's, Mistral's, Qwen2's)
+// for x [B, T, d] continuing every row of the cache at `start`: transformer.py's _block, op
+// for op and in its order (so its bits), with no Python between the ops. A decode step is
+// otherwise about 25 small calls a block. products: wqkv, wo, w_gate_up, w_down, each as
+// block_product reads them; cos and sin [T, R] at these positions.
+at::Tensor decoder_block(const at::Tensor& x, const at::Tensor& attn_norm,
+                         const at::Tensor& mlp_norm, at::TensorList packed,
+                         c10::ArrayRef<int64_t> kinds, c10::ArrayRef<int64_t> qtypes,
+                         c10::ArrayRef<int64_t> n_out,
+                         const c10::List<std::optional<at::Tensor>>& biases,
+                         const at::Tensor& cos, const at::Tensor& sin, at::Tensor& cache_k,
+                         at::Tensor& cache_v, int64_t start, int64_t window, double eps,
+                         int64_t n_heads, int64_t n_kv, double scale) {
+  TORCH_CHECK(packed.size() == 4 && kinds.size() == 4 && qtypes.size() == 4 &&
+                  n_out.size() == 4 && biases.size() == 4,
+              "four products: wqkv, wo, w_gate_up, w_down");
+  TORCH_CHECK(x.dim() == 3 && cache_k.dim() == 4 && cache_v.sizes() == cache_k.sizes(),
+              "x must be [B, T, d], the caches [B, Hkv, L, D]");
+  const int64_t b = x.size(0), t = x.size(1), dh = cache_k.size(3);
+  TORCH_CHECK(cache_k.size(0) == b && cache_k.size(1) == n_kv && start + t <= cache_k.size(2),
+              "the caches do not fit x at start");
+  const auto product = [&](const at::Tensor& in, size_t i) {
+    return block_product(in, packed[i], kinds[i], qtypes[i], n_out[i], biases.get(i));
+  };
+  const at::Tensor qkv =
+      product(rms_norm(x, attn_norm, eps), 0).view({b, t, n_heads + 2 * n_kv, dh});
+  const at::Tensor qk = rotary(qkv.slice(2, 0, n_heads + n_kv), cos, sin).transpose(1, 2);
+  const at::Tensor v = qkv.slice(2, n_heads + n_kv).transpose(1, 2);
+  cache_k.slice(2, start, start + t).copy_(qk.slice(1, n_heads));
+  cache_v.slice(2, start, start + t).copy_(v);
+  const at::Tensor z = causal_attention(qk.slice(1, 0, n_heads), cache_k.slice(2, 0, start + t),
+                                        cache_v.slice(2, 0, start + t), scale, start, window);
+  const at::Tensor mid = x + product(z.transpose(1, 2).reshape({b, t, -1}), 1);
+  const auto gate_up = product(rms_norm(mid, mlp_norm, eps), 2).chunk(2, -1);
+  return mid + product(at::silu(gate_up[0]) * gate_up[1], 3);
+}
+
 }  // namespace
 
 TORCH_LIBRARY(steer_widgets, m) {
@@ -373,6 +421,11 @@ TORCH_LIBRARY(steer_widgets, m) {
   m.def("noise_start(Tensor out, Generator? gen) -> int", &noise_start);
   m.def("noise_finish(int ticket) -> ()", &noise_finish);
   m.def("noise_cancel(int ticket) -> ()", &noise_cancel);
+  m.def("decoder_block(Tensor x, Tensor attn_norm, Tensor mlp_norm, Tensor[] packed, "
+        "int[] kinds, int[] qtypes, int[] n_out, Tensor?[] biases, Tensor cos, Tensor sin, "
+        "Tensor(a!) cache_k, Tensor(b!) cache_v, int start, int window, float eps, int n_heads, "
+        "int n_kv, float scale) -> Tensor",
+        &decoder_block);
   m.def("vocab_pass(Tensor logits, float[] temperature, float[] penalty, Tensor?[] counts, "
         "Tensor?[] noise, int[] follow, int k) -> (Tensor, Tensor, Tensor, Tensor)",
         &vocab_pass);

@@ -1,0 +1,82 @@
+"""``decoder_block``: a block no hook reads runs as one native call, with the bits of the same
+block's ops run one by one (what a hook on it makes it do), for float32 blocks, int8
+products and dense float32 weights, in prefill and in decode steps of one and several rows."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+import steer_widgets as sw
+from steer_widgets.runtime import native
+from steer_widgets.runtime.config import TransformerConfig
+from steer_widgets.runtime.transformer import Transformer
+
+pytestmark = pytest.mark.skipif(native.extension() is None, reason="needs the native kernel")
+
+
+def _every_block_hooked(runtime) -> dict:
+    """A hook that changes nothing on every block: each block then runs op by op."""
+    return {f"blocks.{i}.hook_resid_pre": lambda x, start: None for i in range(len(runtime.layers))}
+
+
+def _calls(fn) -> int:
+    """How many ``decoder_block`` calls ``fn()`` made."""
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        fn()
+    return sum(e.count for e in prof.key_averages() if e.key == "steer_widgets::decoder_block")
+
+
+def _run(runtime, hooks: dict, rows: int = 3) -> tuple[list[torch.Tensor], object]:
+    """A 40-token prefill into row 0, copied to every row, then three decode steps of every
+    row together and one of row 0 alone: every logit, and the cache."""
+    ids = torch.arange(3, 43).view(1, 40) * 7 % 300
+    cache = runtime.new_cache(rows, 48)
+    out = [runtime.forward(ids, cache.view(0), hooks=hooks)]
+    for r in range(1, rows):
+        cache.copy_row(0, r)
+    cache.length = 40
+    for step in range(3):
+        out.append(runtime.forward(torch.full((rows, 1), 11 + step) + torch.arange(rows)[:, None],
+                                   cache, hooks=hooks))  # fmt: skip
+    return out, cache
+
+
+def _assert_fused_equals_op_by_op(runtime) -> None:
+    n = len(runtime.layers)
+    assert _calls(lambda: _run(runtime, {})) == 4 * n  # every block fused, in every pass
+    assert _calls(lambda: _run(runtime, _every_block_hooked(runtime))) == 0
+    fused, fused_cache = _run(runtime, {})
+    plain, plain_cache = _run(runtime, _every_block_hooked(runtime))
+    for a, b in zip(fused, plain, strict=True):
+        assert torch.equal(a, b)
+    for a, b in zip(fused_cache.k + fused_cache.v, plain_cache.k + plain_cache.v, strict=True):
+        assert torch.equal(a[:, :, :43], b[:, :, :43])
+
+
+def test_float32_blocks_fused_equal_their_ops(engine):
+    _assert_fused_equals_op_by_op(engine.model.runtime)
+
+
+def test_int8_products_fused_equal_their_ops():
+    model = sw.load_model(sw.DEFAULT_MODEL, products="int8")
+    _assert_fused_equals_op_by_op(model.runtime)
+
+
+def test_dense_float32_weights_fused_equal_their_ops():
+    import transformers as tf
+
+    torch.manual_seed(0)
+    config = tf.LlamaConfig(
+        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, vocab_size=300, attention_bias=True,
+    )  # fmt: skip
+    state = tf.LlamaForCausalLM(config).state_dict()
+    _assert_fused_equals_op_by_op(Transformer(TransformerConfig.from_hf_config(config), state))
+
+
+def test_a_hook_on_one_block_leaves_the_others_fused(engine):
+    runtime = engine.model.runtime
+    hooks = {"blocks.5.hook_mlp_out": lambda x, start: x * 1.5}
+    assert _calls(lambda: _run(runtime, hooks, rows=1)) == 4 * (len(runtime.layers) - 1)
