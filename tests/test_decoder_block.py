@@ -80,3 +80,28 @@ def test_a_hook_on_one_block_leaves_the_others_fused(engine):
     runtime = engine.model.runtime
     hooks = {"blocks.5.hook_mlp_out": lambda x, start: x * 1.5}
     assert _calls(lambda: _run(runtime, hooks, rows=1)) == 4 * (len(runtime.layers) - 1)
+
+
+def _ragged(runtime, hooks: dict) -> tuple[list[torch.Tensor], object]:
+    """Rows at four lengths, then steps of all of them and of two in another order."""
+    cache = runtime.new_cache(4, 70)
+    runtime.forward(torch.arange(64).view(1, 64) * 5 % 300, cache.view(0), hooks=hooks)
+    for r in range(1, 4):
+        cache.copy_row(0, r)
+    cache.lengths = [40, 47, 54, 61]
+    out = [runtime.forward(torch.tensor([[7], [8], [9], [10]]), cache, rows=[0, 1, 2, 3],
+                           hooks=hooks)]  # fmt: skip
+    out.append(runtime.forward(torch.tensor([[11], [12]]), cache, rows=[2, 0], hooks=hooks))
+    return out, cache
+
+
+def test_a_ragged_step_fused_equals_its_ops(engine):
+    runtime = engine.model.runtime
+    n = len(runtime.layers)
+    assert _calls(lambda: _ragged(runtime, {})) == 3 * n
+    fused, fused_cache = _ragged(runtime, {})
+    plain, plain_cache = _ragged(runtime, _every_block_hooked(runtime))
+    for a, b in zip(fused, plain, strict=True):
+        assert torch.equal(a, b)
+    for a, b in zip(fused_cache.k + fused_cache.v, plain_cache.k + plain_cache.v, strict=True):
+        assert torch.equal(a[:, :, :63], b[:, :, :63])

@@ -617,7 +617,7 @@ class Transformer:
     def _block(self, i: int, x: Tensor, start: int | Ragged, cache, hooks, rotary) -> Tensor:
         fused = self._fused[i]
         if (
-            fused is not None and cache is not None and isinstance(start, int)
+            fused is not None and cache is not None
             and (x.shape[1] > 1 or x.shape[0] <= min(self.row_groups.values()))
             and not any(name in hooks for name in self._block_hooks[i])
         ):  # fmt: skip
@@ -635,14 +635,17 @@ class Transformer:
         mlp_out = _run(hooks, p + "hook_mlp_out", self._mlp(layer, x), start)
         return _run(hooks, p + "hook_resid_post", x + mlp_out, start)
 
-    def _fused_block(self, i: int, x: Tensor, start: int, cache, rotary, fused) -> Tensor:
+    def _fused_block(self, i: int, x: Tensor, start: int | Ragged, cache, rotary, fused) -> Tensor:
         """``_block`` in one native call (``decoder_block``: the same ops in the same order,
-        so the same bits): a block no hook reads, continuing every cache row at ``start``."""
+        so the same bits): a block no hook reads, continuing every cache row at ``start``, or
+        in a ragged step each row at its own position (``_ragged_attention``'s kernel)."""
         cfg, layer = self.cfg, self.layers[i]
         window = cfg.windows[i] if cfg.windows else None
+        ragged = start.tensors(cache.k[i].device) if isinstance(start, Ragged) else (None, None)
         return self._decoder_block(
             x, layer.attn_norm[0], layer.mlp_norm[0], *fused, *rotary, cache.k[i], cache.v[i],
-            start, window or 0, cfg.norm_eps, cfg.n_heads, cfg.n_kv_heads, self._attn_scale,
+            start if isinstance(start, int) else 0, window or 0, cfg.norm_eps, cfg.n_heads,
+            cfg.n_kv_heads, self._attn_scale, *ragged,
         )  # fmt: skip
 
     def _mlp(self, layer: Layer, x: Tensor) -> Tensor:

@@ -371,14 +371,18 @@ at::Tensor decoder_block(const at::Tensor& x, const at::Tensor& attn_norm,
                          const c10::List<std::optional<at::Tensor>>& biases,
                          const at::Tensor& cos, const at::Tensor& sin, at::Tensor& cache_k,
                          at::Tensor& cache_v, int64_t start, int64_t window, double eps,
-                         int64_t n_heads, int64_t n_kv, double scale) {
+                         int64_t n_heads, int64_t n_kv, double scale,
+                         const std::optional<at::Tensor>& rows,
+                         const std::optional<at::Tensor>& starts) {
   TORCH_CHECK(packed.size() == 4 && kinds.size() == 4 && qtypes.size() == 4 &&
                   n_out.size() == 4 && biases.size() == 4,
               "four products: wqkv, wo, w_gate_up, w_down");
   TORCH_CHECK(x.dim() == 3 && cache_k.dim() == 4 && cache_v.sizes() == cache_k.sizes(),
               "x must be [B, T, d], the caches [B, Hkv, L, D]");
   const int64_t b = x.size(0), t = x.size(1), dh = cache_k.size(3);
-  TORCH_CHECK(cache_k.size(0) == b && cache_k.size(1) == n_kv && start + t <= cache_k.size(2),
+  const bool ragged = rows.has_value() && starts.has_value();
+  TORCH_CHECK(cache_k.size(1) == n_kv && (ragged ? t == 1 : cache_k.size(0) == b &&
+                                                                start + t <= cache_k.size(2)),
               "the caches do not fit x at start");
   const auto product = [&](const at::Tensor& in, size_t i) {
     return block_product(in, packed[i], kinds[i], qtypes[i], n_out[i], biases.get(i));
@@ -387,10 +391,16 @@ at::Tensor decoder_block(const at::Tensor& x, const at::Tensor& attn_norm,
       product(rms_norm(x, attn_norm, eps), 0).view({b, t, n_heads + 2 * n_kv, dh});
   const at::Tensor qk = rotary(qkv.slice(2, 0, n_heads + n_kv), cos, sin).transpose(1, 2);
   const at::Tensor v = qkv.slice(2, n_heads + n_kv).transpose(1, 2);
-  cache_k.slice(2, start, start + t).copy_(qk.slice(1, n_heads));
-  cache_v.slice(2, start, start + t).copy_(v);
-  const at::Tensor z = causal_attention(qk.slice(1, 0, n_heads), cache_k.slice(2, 0, start + t),
-                                        cache_v.slice(2, 0, start + t), scale, start, window);
+  at::Tensor z;
+  if (ragged) {  // each row at its own position of its own cache row (ragged_attention)
+    z = ragged_attention(qk.slice(1, 0, n_heads), cache_k, cache_v, qk.slice(1, n_heads), v,
+                         scale, *rows, *starts, window);
+  } else {
+    cache_k.slice(2, start, start + t).copy_(qk.slice(1, n_heads));
+    cache_v.slice(2, start, start + t).copy_(v);
+    z = causal_attention(qk.slice(1, 0, n_heads), cache_k.slice(2, 0, start + t),
+                         cache_v.slice(2, 0, start + t), scale, start, window);
+  }
   const at::Tensor mid = x + product(z.transpose(1, 2).reshape({b, t, -1}), 1);
   const auto gate_up = product(rms_norm(mid, mlp_norm, eps), 2).chunk(2, -1);
   return mid + product(at::silu(gate_up[0]) * gate_up[1], 3);
@@ -424,7 +434,7 @@ TORCH_LIBRARY(steer_widgets, m) {
   m.def("decoder_block(Tensor x, Tensor attn_norm, Tensor mlp_norm, Tensor[] packed, "
         "int[] kinds, int[] qtypes, int[] n_out, Tensor?[] biases, Tensor cos, Tensor sin, "
         "Tensor(a!) cache_k, Tensor(b!) cache_v, int start, int window, float eps, int n_heads, "
-        "int n_kv, float scale) -> Tensor",
+        "int n_kv, float scale, Tensor? rows=None, Tensor? starts=None) -> Tensor",
         &decoder_block);
   m.def("vocab_pass(Tensor logits, float[] temperature, float[] penalty, Tensor?[] counts, "
         "Tensor?[] noise, int[] follow, int k) -> (Tensor, Tensor, Tensor, Tensor)",
