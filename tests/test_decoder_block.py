@@ -1,6 +1,7 @@
-"""``decoder_block``: a block no hook reads runs as one native call, with the bits of the same
-block's ops run one by one (what a hook on it makes it do), for float32 blocks, int8
-products and dense float32 weights, in prefill and in decode steps of one and several rows."""
+"""``decoder_block``: a block no hook reads inside runs as one native call (hooks at its ends
+around it), with the bits of the same block's ops run one by one (what a hook inside it
+makes it do), for float32 blocks, int8 products and dense float32 weights, in prefill,
+decode steps of one and several rows, and ragged steps."""
 
 from __future__ import annotations
 
@@ -16,9 +17,11 @@ from steer_widgets.runtime.transformer import Transformer
 pytestmark = pytest.mark.skipif(native.extension() is None, reason="needs the native kernel")
 
 
-def _every_block_hooked(runtime) -> dict:
-    """A hook that changes nothing on every block: each block then runs op by op."""
-    return {f"blocks.{i}.hook_resid_pre": lambda x, start: None for i in range(len(runtime.layers))}
+def _every_block_hooked(runtime, ends: dict | None = None) -> dict:
+    """A hook inside every block that changes nothing: each block then runs op by op (with
+    ``ends``, hooks at blocks' ends, as they are)."""
+    inner = {f"blocks.{i}.hook_attn_out": lambda x, start: None for i in range(len(runtime.layers))}
+    return {**inner, **(ends or {})}
 
 
 def _calls(fn) -> int:
@@ -105,3 +108,19 @@ def test_a_ragged_step_fused_equals_its_ops(engine):
         assert torch.equal(a, b)
     for a, b in zip(fused_cache.k + fused_cache.v, plain_cache.k + plain_cache.v, strict=True):
         assert torch.equal(a[:, :, :63], b[:, :, :63])
+
+
+def test_hooks_at_a_blocks_ends_keep_it_fused_with_the_same_bits(engine):
+    """Steering and SAE reads sit at resid_post (or resid_pre): they run around the call."""
+    runtime = engine.model.runtime
+    direction = torch.randn(576, generator=torch.Generator().manual_seed(3))
+    ends = {
+        "blocks.4.hook_resid_pre": lambda x, start: x - 0.5 * direction,
+        "blocks.12.hook_resid_post": lambda x, start: x + 2.0 * direction,
+    }
+    assert _calls(lambda: _run(runtime, ends)) == 4 * len(runtime.layers)
+    fused, _ = _run(runtime, ends)
+    plain, _ = _run(runtime, _every_block_hooked(runtime, ends))
+    unsteered, _ = _run(runtime, {})
+    for a, b, c in zip(fused, plain, unsteered, strict=True):
+        assert torch.equal(a, b) and not torch.equal(a, c)

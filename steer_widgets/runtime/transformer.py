@@ -288,9 +288,10 @@ class Transformer:
         self._fused = [self._block_products(layer) for layer in self.layers]
         if any(f is not None for f in self._fused):
             self._decoder_block = native.op("decoder_block")
-        self._block_hooks = [
-            tuple(f"blocks.{i}.{kind}" for kind in HOOK_KINDS) for i in range(cfg.n_layers)
-        ]
+        # the hooks inside a block: where one is set the block runs op by op (the ones at
+        # its ends, resid_pre and resid_post, run around decoder_block)
+        inner = [k for k in HOOK_KINDS if k not in ("hook_resid_pre", "hook_resid_post")]
+        self._inner_hooks = [tuple(f"blocks.{i}.{k}" for k in inner) for i in range(cfg.n_layers)]
         self.row_groups = self.calibrate()
 
     @property
@@ -619,9 +620,11 @@ class Transformer:
         if (
             fused is not None and cache is not None
             and (x.shape[1] > 1 or x.shape[0] <= min(self.row_groups.values()))
-            and not any(name in hooks for name in self._block_hooks[i])
+            and not any(name in hooks for name in self._inner_hooks[i])
         ):  # fmt: skip
-            return self._fused_block(i, x, start, cache, rotary, fused)
+            x = _run(hooks, f"blocks.{i}.hook_resid_pre", x, start)
+            x = self._fused_block(i, x, start, cache, rotary, fused)
+            return _run(hooks, f"blocks.{i}.hook_resid_post", x, start)
         layer, p = self.layers[i], f"blocks.{i}."
         x = _run(hooks, p + "hook_resid_pre", x, start)
         attn_out = self._attention(i, self._norm(x, layer.attn_norm), start, cache, hooks, rotary)
