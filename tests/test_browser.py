@@ -371,7 +371,7 @@ def test_explorer_in_jupyterlab(lab, tmp_path):
             shoot(page, tmp_path, "explorer-probabilities")
 
             # Stop says stopped
-            commit(page, TOKENS_BOX, "200")
+            commit(page, TOKENS_BOX, "2000")  # far longer than a click takes, on any machine
             wait_until(lambda: state(page) == "generating", 60, "a long run")
             page.get_by_role("button", name="Stop").click()
             wait_until(lambda: state(page) == "stopped", 30, "stopped")

@@ -90,14 +90,29 @@ def test_pick_feature_move_slider_steered_changes_default_does_not_regenerate(en
     assert "done" in ex.status and not ex.error
 
 
+def long_run(ex, strength: float) -> None:
+    """One change (feature 0's strength) that starts a run far longer than any test waits
+    (2,000 tokens), so the next change always finds it going: counts, not clocks (16 tokens
+    took 0.05 s on a fast machine, less than the debounce of the change meant to cancel
+    them)."""
+    with ex.batch():
+        ex.set(n_completion_tokens=LONG)
+        ex.set_strength(0, strength)
+
+
+LONG = 2000
+
+
 def test_second_change_cancels_first_and_record_replays(engine, source):
     ex = make(engine, features=[(source, 3, 60.0)], n_completion_tokens=16, seed=5)
     runs = ex.runner.started
-    ex.set_strength(0, 120.0)  # a lone change starts at once; the next one must cancel it
+    long_run(ex, 120.0)  # a lone change starts at once; the next one must cancel it
     wait_for(lambda: ex.runner.started > runs and ex.last_run.get("first_frame_at"))
     first = ex.last_run
     assert first["request"].features[0].strength == 120.0
-    ex.set_strength(0, -120.0)
+    with ex.batch():
+        ex.set_strength(0, -120.0)
+        ex.set(n_completion_tokens=16)
     assert ex.wait(120), ex.status
     assert first["cancelled"] and first["request"].features[0].strength == 120.0
     assert first["outputs"]["STEERED"].stop == "cancelled"
@@ -293,19 +308,21 @@ def test_values_set_from_python_are_honoured_or_refused_never_clamped(engine, so
 
 def test_stop_says_stopped_and_a_new_change_says_replaced(engine, source):
     ex = make(engine, features=[(source, 3, 60.0)], n_completion_tokens=48)
-    ex.set_strength(0, 90.0)
-    wait_for(lambda: ex.status_line.state == "generating" and "/48" in ex.status)
+    long_run(ex, 90.0)
+    wait_for(lambda: ex.status_line.state == "generating" and f"/{LONG}" in ex.status)
     ex.stop()
     assert ex.wait(120), ex.status
     assert ex.status_line.state == "stopped" and "stopped by you" in ex.status
     assert ex.history[-1]["cancel_reason"] == "stopped"
     steered = ex.completions.pane("STEERED")
-    assert steered["stop"] == "cancelled" and len(steered["tokens"]) < 48
+    assert steered["stop"] == "cancelled" and len(steered["tokens"]) < LONG
 
-    ex.set_strength(0, 100.0)
-    wait_for(lambda: ex.status_line.state == "generating" and "/48" in ex.status)
+    long_run(ex, 100.0)
+    wait_for(lambda: ex.status_line.state == "generating" and f"/{LONG}" in ex.status)
     first = ex.last_run
-    ex.set_strength(0, -100.0)
+    with ex.batch():
+        ex.set_strength(0, -100.0)
+        ex.set(n_completion_tokens=48)
     assert ex.wait(120), ex.status
     assert first["cancel_reason"] == "replaced"
     assert ex.status_line.state == "done"
