@@ -180,8 +180,8 @@ inline float factor(int64_t t, const uint8_t* grp, int64_t line, int64_t c) {
 
 #if defined(__AVX512BW__) && defined(__AVX512VNNI__)
 // AVX-512 VNNI: a column block's 16 columns in one register (column c in lane c), both halves'
-// codes side by side; a signed weight's sign moves to the activation (its absolute value is
-// the unsigned operand), as the sign trick below, so every sum is the same integer.
+// codes side by side; signed weight codes take the activations offset by 128 and give the
+// offset back (below), so every sum is the same integer as the other paths'.
 constexpr int kRowTile = 4;
 
 // the 16 columns' scale (line 0 or 1: Q6_K's k 16-31) or offset (line -1) of a group
@@ -219,7 +219,6 @@ void block_tile(const Rows& x, int64_t m0, const uint8_t* w, const float* bias, 
     const __m512 ow = has_offset(T) ? factors16<T>(grp, -1) : _mm512_setzero_ps();
     const uint8_t* codes = grp + scale_bytes(T);
     __m512i wq[8];
-    __mmask64 neg[8] = {};
     for (int l = 0; l < (nibbles(T) ? 4 : 8); ++l) {
       const __m512i v = codes16<T>(codes, l);
       if constexpr (!nibbles(T)) {
@@ -229,23 +228,35 @@ void block_tile(const Rows& x, int64_t m0, const uint8_t* w, const float* bias, 
         wq[2 * l + 1] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low);
       }
     }
-    if constexpr (signed_codes(T))
+    // Signed codes: each row's codes go in offset by 128 (x + 128 in 1..255, unsigned), the
+    // weight codes as they are (signed), and 128 times each column's code sum comes off:
+    // sum (x + 128) w - 128 sum w is the same integer, with no per-row sign work.
+    __m512i wsum[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+    if constexpr (signed_codes(T)) {
+      const __m512i ones = _mm512_set1_epi8(1);
       for (int q = 0; q < 8; ++q) {
-        neg[q] = _mm512_movepi8_mask(wq[q]);
-        wq[q] = _mm512_abs_epi8(wq[q]);
+        const int a = T == kQ6_K ? q / 4 : 0;
+        wsum[a] = _mm512_dpbusd_epi32(wsum[a], ones, wq[q]);
       }
+      for (int a = 0; a < 2; ++a) wsum[a] = _mm512_slli_epi32(wsum[a], 7);
+    }
     for (int r = 0; r < R; ++r) {
       const int64_t row = m0 + r;
       const int8_t* xq = x.q.data() + row * K + g * kQK;
       __m512i s[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
       for (int q = 0; q < 8; ++q) {
-        int32_t quad;
+        uint32_t quad;
         std::memcpy(&quad, xq + 4 * q, 4);
-        __m512i xb = _mm512_set1_epi32(quad);
-        if constexpr (signed_codes(T))
-          xb = _mm512_mask_sub_epi8(xb, neg[q], _mm512_setzero_si512(), xb);
         const int a = T == kQ6_K ? q / 4 : q % 2;  // Q6_K: k 0-15 in s0, 16-31 in s1
-        s[a] = _mm512_dpbusd_epi32(s[a], wq[q], xb);
+        if constexpr (signed_codes(T))  // x + 128 in each byte: its top bit flipped
+          s[a] = _mm512_dpbusd_epi32(
+              s[a], _mm512_set1_epi32(static_cast<int32_t>(quad ^ 0x80808080u)), wq[q]);
+        else
+          s[a] = _mm512_dpbusd_epi32(s[a], wq[q], _mm512_set1_epi32(static_cast<int32_t>(quad)));
+      }
+      if constexpr (signed_codes(T)) {
+        s[0] = _mm512_sub_epi32(s[0], wsum[0]);
+        if constexpr (T == kQ6_K) s[1] = _mm512_sub_epi32(s[1], wsum[1]);
       }
       const float dx = x.d[static_cast<size_t>(row * G + g)];
       const int32_t sx = x.s[static_cast<size_t>(row * G + g)];
