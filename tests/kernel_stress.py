@@ -2,7 +2,7 @@
 
 ``python tests/kernel_stress.py --threads 4 --rounds 400`` builds a fixed set of calls on the
 default model's widths (float32 and GGUF-quantized products of 1 to 13 rows and 16 to 4,096
-columns, causal attention of 1 to 9 positions over 1 to 300 keys, ragged decode steps of 1 to 16
+columns, int8 products of a 150-row prefill, whole blocks in one ``decoder_block`` call, causal attention of 1 to 9 positions over 1 to 300 keys, ragged decode steps of 1 to 16
 cache rows at positions of their own, RMSNorm, rotary, queued sampling noise, a decode step's
 sampling and log-probabilities over the vocabulary (``vocab_pass``), and slices of
 quantized rows dequantized as a backward reads them),
@@ -78,6 +78,11 @@ def quant_calls(gen: torch.Generator, rng: random.Random) -> dict[str, Call]:
                 calls[f"int8 {name} {m}x{k}->{n}"] = lambda x=x, p=int8, n=n, t=lin.qtype: (
                     native.op("int8_linear")(x, p, n, t, None)
                 )
+            if n == 48:  # a prefill's rows: their int8 codes are made on the pool too
+                x = torch.randn(150, k, generator=gen)
+                calls[f"int8 {name} 150x{k}->{n}"] = lambda x=x, p=int8, n=n, t=lin.qtype: (
+                    native.op("int8_linear")(x, p, n, t, None)
+                )
             a = rng.randrange(n // 2)  # a backward's slice of rows: any start, any stop
             calls[f"dense {name} {a}:{n} of {n}x{k}"] = lambda lin=lin, a=a: lin.dense(a)
     return calls
@@ -96,6 +101,7 @@ def other_calls(gen: torch.Generator, rng: random.Random) -> dict[str, Call]:
                     )
                 )
     calls.update(ragged_calls(gen, rng))
+    calls.update(block_calls(gen))
     for m in (1, 7):
         x, w = torch.randn(m, 576, generator=gen), torch.randn(576, generator=gen)
         calls[f"rms_norm {m}"] = lambda x=x, w=w: native_ops.rms_norm(x, w, 1e-5)
@@ -145,6 +151,53 @@ def ragged_calls(gen: torch.Generator, rng: random.Random) -> dict[str, Call]:
                 q, kv, rows, positions, window
             )
     return calls
+
+
+def block_calls(gen: torch.Generator) -> dict[str, Call]:
+    """``decoder_block`` (a whole block in one call) with float32 and int8 products: a
+    5-position prefill, a decode step of 3 rows, a ragged step of 2 of 4 cache rows."""
+    calls: dict[str, Call] = {}
+    for kind in (0, 2):
+        block = Block(gen, kind)
+        calls[f"decoder_block kind{kind} prefill"] = lambda b=block: b(3, 5, 3, ragged=False)
+        calls[f"decoder_block kind{kind} decode"] = lambda b=block: b(3, 1, 7, ragged=False)
+        calls[f"decoder_block kind{kind} ragged"] = lambda b=block: b(2, 1, 0, ragged=True)
+    return calls
+
+
+class Block:
+    """A random pre-norm block (d 128, 4 query and 2 key-value heads of 32, MLP 256) whose
+    products are float32 blocks (kind 0) or Q4_1 blocks times int8 codes (kind 2); each call
+    writes a fresh copy of one cache, so every call computes the same thing."""
+
+    def __init__(self, gen: torch.Generator, kind: int) -> None:
+        d, heads, kv, dh, ff = 128, 4, 2, 32, 256
+        nrng = np.random.default_rng(kind)
+        shapes = ((heads + 2 * kv) * dh, d), (d, heads * dh), (2 * ff, d), (d, ff)
+        self.products: list[list] = [[], [], [], [], []]
+        for n, k in shapes:
+            if kind == 0:
+                packed, qtype = native.pack(torch.randn(n, k, generator=gen) / k**0.5), 0
+            else:
+                packed, qtype = quant.pack_int8(_blocks("Q4_1", n, k, nrng), "Q4_1"), 3
+            for column, value in zip(self.products, (packed, kind, qtype, n, None), strict=True):
+                column.append(value)
+        self.norms = torch.rand(2, d, generator=gen) + 0.5
+        self.cache = torch.randn(2, 4, kv, 16, dh, generator=gen)
+        self.x = torch.randn(4, 8, d, generator=gen)
+        self.rope = torch.randn(2, 8, dh, generator=gen)
+        self.heads = heads, kv
+
+    def __call__(self, b: int, t: int, start: int, ragged: bool) -> torch.Tensor:
+        k, v = (c[:b].clone() for c in self.cache) if not ragged else self.cache.clone()
+        rows = torch.tensor([2, 0]) if ragged else None
+        starts = torch.tensor([9, 4]) if ragged else None
+        cos, sin = (r[:t] if not ragged else r[:b, None] for r in self.rope)
+        out = native.op("decoder_block")(
+            self.x[:b, :t], self.norms[0], self.norms[1], *self.products, cos.contiguous(),
+            sin.contiguous(), k, v, start, 0, 1e-5, *self.heads, 32**-0.5, rows, starts,
+        )  # fmt: skip
+        return torch.cat([out.flatten(), k.flatten(), v.flatten()])
 
 
 class Ragged:

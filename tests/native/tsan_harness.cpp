@@ -139,6 +139,12 @@ std::vector<Case> build(std::mt19937& rng) {
       }
     }
   }
+  for (int64_t qtype : {sw::kQ4_1, sw::kQ8_0}) {  // a prefill's rows: int8 codes on the pool
+    Case i8{"int8 prefill" + std::to_string(qtype) + " 150x576->40", 4, 150, 576, 40, qtype};
+    i8.x = randn(rng, 150 * 576);
+    i8.qw = quant_blocks(rng, 40, 576, qtype);
+    cases.push_back(std::move(i8));
+  }
   for (int64_t C : {3, 8, 16}) {  // ragged decode steps over a cache of C rows
     for (int64_t window : {0, 16}) {
       const int64_t H = 9, Hkv = 3, D = 64, L = 300;
