@@ -90,6 +90,9 @@ def test_pick_feature_move_slider_steered_changes_default_does_not_regenerate(en
     assert "done" in ex.status and not ex.error
 
 
+LONG = 2000  # tokens: a run no test waits out
+
+
 def long_run(ex, strength: float) -> None:
     """One change (feature 0's strength) that starts a run far longer than any test waits
     (2,000 tokens), so the next change always finds it going: counts, not clocks (16 tokens
@@ -98,9 +101,6 @@ def long_run(ex, strength: float) -> None:
     with ex.batch():
         ex.set(n_completion_tokens=LONG)
         ex.set_strength(0, strength)
-
-
-LONG = 2000
 
 
 def test_second_change_cancels_first_and_record_replays(engine, source):

@@ -616,32 +616,39 @@ class Transformer:
         return tuple(list(column) for column in zip(*products, strict=True))
 
     def _block(self, i: int, x: Tensor, start: int | Ragged, cache, hooks, rotary) -> Tensor:
-        fused = self._fused[i]
+        """Block ``i`` between its end hooks (resid_pre, resid_post): one native call where
+        ``decoder_block`` computes it and no hook reads inside it, else op by op."""
+        p, fused = f"blocks.{i}.", self._fused[i]
+        x = _run(hooks, p + "hook_resid_pre", x, start)
         if (
             fused is not None and cache is not None
             and (x.shape[1] > 1 or x.shape[0] <= min(self.row_groups.values()))
             and not any(name in hooks for name in self._inner_hooks[i])
         ):  # fmt: skip
-            x = _run(hooks, f"blocks.{i}.hook_resid_pre", x, start)
             x = self._fused_block(i, x, start, cache, rotary, fused)
-            return _run(hooks, f"blocks.{i}.hook_resid_post", x, start)
+        else:
+            x = self._ops_block(i, x, start, cache, hooks, rotary)
+        return _run(hooks, p + "hook_resid_post", x, start)
+
+    def _ops_block(self, i: int, x: Tensor, start: int | Ragged, cache, hooks, rotary) -> Tensor:
+        """Block ``i`` op by op with its inner hooks: the residual its resid_post hook reads."""
         layer, p = self.layers[i], f"blocks.{i}."
-        x = _run(hooks, p + "hook_resid_pre", x, start)
         attn_out = self._attention(i, self._norm(x, layer.attn_norm), start, cache, hooks, rotary)
         if layer.post_attn_norm is not None:
             attn_out = self._norm(attn_out, layer.post_attn_norm)
         attn_out = _run(hooks, p + "hook_attn_out", attn_out, start)
         if self.cfg.parallel_residual:  # transformers' order: mlp + attn + x
             mlp_out = _run(hooks, p + "hook_mlp_out", self._mlp(layer, x), start)
-            return _run(hooks, p + "hook_resid_post", mlp_out + attn_out + x, start)
+            return mlp_out + attn_out + x
         x = _run(hooks, p + "hook_resid_mid", x + attn_out, start)
         mlp_out = _run(hooks, p + "hook_mlp_out", self._mlp(layer, x), start)
-        return _run(hooks, p + "hook_resid_post", x + mlp_out, start)
+        return x + mlp_out
 
     def _fused_block(self, i: int, x: Tensor, start: int | Ragged, cache, rotary, fused) -> Tensor:
-        """``_block`` in one native call (``decoder_block``: the same ops in the same order,
-        so the same bits): a block no hook reads, continuing every cache row at ``start``, or
-        in a ragged step each row at its own position (``_ragged_attention``'s kernel)."""
+        """``_ops_block`` in one native call (``decoder_block``: the same ops in the same
+        order, so the same bits): a block no hook reads inside, continuing every cache row at
+        ``start``, or in a ragged step each row at its own position (``_ragged_attention``'s
+        kernel)."""
         cfg, layer = self.cfg, self.layers[i]
         window = cfg.windows[i] if cfg.windows else None
         ragged = start.tensors(cache.k[i].device) if isinstance(start, Ragged) else (None, None)

@@ -143,13 +143,16 @@ inline void quantize_block(const float* xb, int8_t* q, float& d, int32_t& s) {
 }
 #endif
 
+// blocks of 32 a pool chunk takes: a decode step's few rows stay on the calling thread
+constexpr int64_t kQuantizeGrain = 2048;
+
 // every row's blocks, rows side by side on the pool (each block is computed alone)
 Rows quantize(const float* x, int64_t M, int64_t K, int64_t threads) {
   const int64_t G = K / kQK;
   Rows r{std::vector<int8_t>(static_cast<size_t>(M * K)),
          std::vector<float>(static_cast<size_t>(M * G)),
          std::vector<int32_t>(static_cast<size_t>(M * G))};
-  parallel_for(threads, 0, M * G, 2048, [&](int64_t i0, int64_t i1) {
+  parallel_for(threads, 0, M * G, kQuantizeGrain, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i)
       quantize_block(x + i * kQK, r.q.data() + i * kQK, r.d[static_cast<size_t>(i)],
                      r.s[static_cast<size_t>(i)]);
@@ -319,15 +322,15 @@ inline __m256 factors8(const uint8_t* grp, int64_t line, int64_t h) {
   return scales8(grp + (line < 0 ? 32 : 0) + 16 * h);
 }
 
-// R rows x the 8 columns of half h of column block b, every group: y (+ bias)
-// a row's integer sums over one half-group: t[0] (every k; Q6_K: k 0-15) and t[1] (Q6_K:
-// k 16-31), 8 columns each
+// VNNI's 256-bit byte dot products, where the build has them (AVX-512 VNNI or AVX-VNNI)
 #if defined(__AVX512VNNI__) && defined(__AVX512VL__)
 #define SW_DPBUSD(acc, u, s) _mm256_dpbusd_epi32(acc, u, s)
 #elif defined(__AVXVNNI__)
 #define SW_DPBUSD(acc, u, s) _mm256_dpbusd_avx_epi32(acc, u, s)
 #endif
 
+// a row's integer sums over one half-group: t[0] (every k; Q6_K: k 0-15) and t[1] (Q6_K:
+// k 16-31), 8 columns each
 template <int64_t T>
 inline void row_sums(const __m256i (&wq)[8], const int8_t* xq, __m256i (&t)[2]) {
 #if defined(SW_DPBUSD)

@@ -360,7 +360,7 @@ at::Tensor block_product(const at::Tensor& x, const at::Tensor& packed, int64_t 
 }
 
 // One pre-norm block with rotary attention and a gated SiLU MLP (Llama's, Mistral's, Qwen2's)
-// for x [B, T, d] continuing every row of the cache at `start`: transformer.py's _block, op
+// for x [B, T, d] continuing every row of the cache at `start`: transformer.py's _ops_block, op
 // for op and in its order (so its bits), with no Python between the ops. A decode step is
 // otherwise about 25 small calls a block. products: wqkv, wo, w_gate_up, w_down, each as
 // block_product reads them; cos and sin [T, R] at these positions.
