@@ -143,6 +143,15 @@ inline void quantize_block(const float* xb, int8_t* q, float& d, int32_t& s) {
 }
 #endif
 
+// A column block kAhead blocks on is fetched into L2 while this one computes: with several
+// rows a block computes long enough that the hardware prefetcher, which runs a few lines
+// ahead of the reads, leaves the memory bus idle meanwhile (docs/benchmarks.md).
+constexpr int64_t kAhead = 2;
+
+inline void prefetch_group(const uint8_t* p, int64_t bytes) {
+  for (int64_t at = 0; at < bytes; at += 64) __builtin_prefetch(p + at, 0, 2);  // read, L2
+}
+
 // blocks of 32 a pool chunk takes: a decode step's few rows stay on the calling thread
 constexpr int64_t kQuantizeGrain = 2048;
 
@@ -212,11 +221,13 @@ template <int64_t T, int R>
 void block_tile(const Rows& x, int64_t m0, const uint8_t* w, const float* bias, float* y,
                 int64_t K, int64_t N, int64_t b) {
   const int64_t G = K / kQK, gb = quant_group_bytes(T);
+  const bool ahead = m0 == 0 && (b + kAhead) * kBlock < N;  // the first row tile fetches
   const __m512i low = _mm512_set1_epi8(0x0f);
   __m512 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
   for (int64_t g = 0; g < G; ++g) {
     const uint8_t* grp = w + (b * G + g) * gb;
+    if (ahead) prefetch_group(grp + kAhead * G * gb, gb);
     const __m512 sw = factors16<T>(grp, 0);
     const __m512 sw2 = T == kQ6_K ? factors16<T>(grp, 1) : _mm512_setzero_ps();
     const __m512 ow = has_offset(T) ? factors16<T>(grp, -1) : _mm512_setzero_ps();
@@ -393,11 +404,13 @@ template <int64_t T, int R>
 void half_tile(const Rows& x, int64_t m0, const uint8_t* w, const float* bias, float* y,
                int64_t K, int64_t N, int64_t b, int64_t h) {
   const int64_t G = K / kQK, gb = quant_group_bytes(T);
+  const bool ahead = h == 0 && m0 == 0 && (b + kAhead) * kBlock < N;  // the first tile fetches
   const __m256i low = _mm256_set1_epi8(0x0f);
   __m256 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   for (int64_t g = 0; g < G; ++g) {
     const uint8_t* grp = w + (b * G + g) * gb;
+    if (ahead) prefetch_group(grp + kAhead * G * gb, gb);
     const __m256 sw = factors8<T>(grp, 0, h);
     const __m256 sw2 = T == kQ6_K ? factors8<T>(grp, 1, h) : _mm256_setzero_ps();
     const __m256 ow = has_offset(T) ? factors8<T>(grp, -1, h) : _mm256_setzero_ps();
