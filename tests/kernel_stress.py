@@ -286,7 +286,8 @@ class Tally:
         """``picks`` in order, with 0-3 noise draws (at least ``least_noise``) queued before
         them and finished after them."""
         seeds = [rng.randrange(1 << 30) for _ in range(rng.randint(least_noise, 3))]
-        outs = [torch.empty(4096) for _ in seeds]
+        # Exp(1) values, or the uniform draws decoding queues (odd seeds)
+        outs = [torch.empty(4096, dtype=(torch.float32, torch.float64)[s % 2]) for s in seeds]
         gens = [torch.Generator().manual_seed(s) for s in seeds]
         tickets = [native.noise_start(o, g) for o, g in zip(outs, gens, strict=True)]
         for name in picks:
@@ -294,8 +295,9 @@ class Tally:
             self.count(name.split()[0], got, want[name], name)
         for out, s, ticket in zip(outs, seeds, tickets, strict=True):
             native.noise_finish(ticket)
+            got = out if out.dtype == torch.float32 else native.exponential_of(out)
             ref = torch.empty(4096).exponential_(1, generator=torch.Generator().manual_seed(s))
-            self.count("queued noise", out, ref, f"queued noise seed {s}")
+            self.count("queued noise", got, ref, f"queued noise seed {s}")
 
     def count(self, op: str, got: torch.Tensor, want: torch.Tensor, name: str) -> None:
         self.done[op] += 1

@@ -23,12 +23,15 @@ def two_threads():
     torch.set_num_threads(threads)
 
 
-@pytest.mark.parametrize("threads", [1, 2])
-def test_queued_draws_equal_exponential_on_the_generator(threads, two_threads):
+@pytest.mark.parametrize("threads,dtype", [(1, torch.float32), (2, torch.float32),
+                                           (2, torch.float64)])  # fmt: skip
+def test_queued_draws_equal_exponential_on_the_generator(threads, dtype, two_threads):
+    """float32: the Exp(1) values; float64: the uniform draws they are made of, which
+    ``exponential_of`` turns into the same values."""
     torch.set_num_threads(threads)
     sizes = [1, 511, 512, 513, 49152, 3000]  # whole chunks, a partial one, less than one
     seeds = range(len(sizes))
-    outs = [torch.empty(n) for n in sizes]
+    outs = [torch.empty(n, dtype=dtype) for n in sizes]
     gens = [torch.Generator().manual_seed(s) for s in seeds]
     tickets = [native.noise_start(o, g) for o, g in zip(outs, gens, strict=True)]
     time.sleep(0.002)  # the worker draws some chunks meanwhile
@@ -36,7 +39,8 @@ def test_queued_draws_equal_exponential_on_the_generator(threads, two_threads):
         native.noise_finish(tickets[i])
     for n, s, out, gen in zip(sizes, seeds, outs, gens, strict=True):
         ref_gen = torch.Generator().manual_seed(s)
-        assert torch.equal(out, torch.empty(n).exponential_(1, generator=ref_gen)), n
+        values = out if dtype == torch.float32 else native.exponential_of(out)
+        assert torch.equal(values, torch.empty(n).exponential_(1, generator=ref_gen)), n
         # the generators stand where one exponential_ left them
         assert torch.equal(gen.get_state(), ref_gen.get_state()), n
 
@@ -103,7 +107,11 @@ def test_a_torch_whose_chunked_draws_differ_is_detected_and_draws_inline(monkeyp
 
     def chunks_reversed(out, gen):
         for begin in reversed(range(0, out.numel(), 512)):
-            out[begin : begin + 512].exponential_(1, generator=gen)
+            chunk = out[begin : begin + 512]
+            if out.dtype == torch.float64:
+                chunk.uniform_(generator=gen)
+            else:
+                chunk.exponential_(1, generator=gen)
         return 0
 
     def fake(name):
@@ -112,7 +120,7 @@ def test_a_torch_whose_chunked_draws_differ_is_detected_and_draws_inline(monkeyp
         return (lambda ticket: None) if name == "noise_finish" else real(name)
 
     monkeypatch.setattr(native, "op", fake)
-    with pytest.warns(RuntimeWarning, match="differs from one draw"):
+    with pytest.warns(RuntimeWarning, match="differ from one exponential_"):
         assert native.queue_is_exact.__wrapped__() is False
     monkeypatch.setattr(native, "op", real)
     assert native.queue_is_exact.__wrapped__() is True  # this torch's real queue

@@ -5,6 +5,8 @@ several pool thread counts, and the pass is what decoding uses where the kernel 
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -41,8 +43,10 @@ def threads():
     torch.set_num_threads(before)
 
 
-@pytest.mark.parametrize("n_threads", [1, 3, 8])
-def test_the_native_pass_equals_the_row_by_row_path(threads, n_threads):
+@pytest.mark.parametrize("n_threads,queued", [(1, False), (3, True), (8, True), (8, False)])
+def test_the_native_pass_equals_the_row_by_row_path(threads, n_threads, queued):
+    """``queued``: the native pass's rows take their noise as queued uniform draws (what
+    decoding does), the reference's as Exp(1) values drawn inline."""
     threads(n_threads)
     rows = [Row() for _ in SETTINGS]
     rows[6] = Row(follow=1)  # copies row 1's token, with its own probabilities
@@ -50,6 +54,8 @@ def test_the_native_pass_equals_the_row_by_row_path(threads, n_threads):
     fast, slow = samplers(), samplers()
     for step in range(6):
         logits = logits_of(step, len(live))
+        for sampler in fast if queued else ():
+            sampler.prefetch()
         got = sample_step(fast, rows, live, logits)
         want = sample_step(slow, rows, live, logits, native_pass=False)
         assert got == want, f"step {step}"
@@ -58,6 +64,50 @@ def test_the_native_pass_equals_the_row_by_row_path(threads, n_threads):
         if step % 2:  # rows leave the batch, as finished rows do (a followed row stays)
             live.remove([0, 2, 3][step // 2])
     assert len({t for t in got[0] if t is not None}) > 2  # the rows chose different tokens
+
+
+def uniform_cases(n: int = VOCAB):
+    """(probabilities, uniform draws) that a lazy draw could get wrong: draws of exactly 0
+    (Exp(1) of -0.0: an infinite or NaN quotient), tiny draws on unlikely tokens, draws near
+    1, tokens of probability 0, flat and peaked distributions, quotients tied."""
+    gen = torch.Generator().manual_seed(5)
+    for case in range(40):
+        logits = torch.randn(n, generator=gen) * (0.0, 0.5, 4.0, 12.0)[case % 4]
+        logits[torch.randint(n, (n // 10,), generator=gen)] = -INF
+        u = torch.rand(n, generator=gen, dtype=torch.float64)
+        if case % 5 == 1:
+            u[torch.randint(n, (3,), generator=gen)] = 0.0
+        if case % 5 == 2:
+            u[logits.argsort()[: n // 100]] = 1e-12  # the least likely tokens draw tiny u
+        if case % 5 == 3:
+            u[torch.randint(n, (n // 2,), generator=gen)] = 1 - 2**-53
+        if case % 5 == 4:
+            logits[:] = 0.0
+            u[100:110] = u[100]  # the same quotient ten times: the first index wins
+        probs = torch.softmax(logits, -1)
+        if case % 5 == 0:  # a less likely token's quotient just above the likeliest one's
+            top, other = int(probs.argmax()), int(probs.argsort()[n // 2])
+            u[top] = 0.3
+            above = (1.01, 1 + 2**-20, 1 + 2**-23, 1 - 2**-23)[case // 5 % 4]
+            quotient = probs[top].item() / -math.log1p(-0.3)
+            u[other] = probs[other].item() / quotient / above  # its Exp(1) is about u
+        yield probs, u
+
+
+def test_uniform_draws_choose_the_token_of_their_exp1_values(threads):
+    """Where the noise comes as uniform draws the pass takes the logarithm only where a
+    token can still win: the token is the one the Exp(1) values of the same draws give."""
+    threads(1)
+    chosen = []
+    for probs, u in uniform_cases():
+        logits = probs.log().unsqueeze(0)  # softmax of log p is p (up to rounding: shared)
+        args = ([1.0], [0.0], [torch.zeros(VOCAB)])
+        lazy = native.vocab_pass(logits, *args, [u], [-1], 5)[0]
+        args = ([1.0], [0.0], [torch.zeros(VOCAB)])
+        full = native.vocab_pass(logits, *args, [native.exponential_of(u)], [-1], 5)[0]
+        assert lazy.item() == full.item()
+        chosen.append(lazy.item())
+    assert len(set(chosen)) > 30  # the cases drew different tokens
 
 
 def test_a_row_gets_the_same_results_beside_any_other_rows(threads):

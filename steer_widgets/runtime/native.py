@@ -213,31 +213,43 @@ def pool_workers() -> int:
 
 
 def noise_start(out: Tensor, gen: torch.Generator) -> int | None:
-    """Start filling ``out`` (float32 [n]) with ``out.exponential_(1, generator=gen)``'s
-    values on the kernels' pool threads while they are idle (a sampled decode step's noise,
-    drawn while the model runs); a ticket for ``noise_finish``, or None where no runtime of
-    this process loaded the kernel (it is never built for this). ``gen`` is the draw's until
+    """Start filling ``out`` with ``gen``'s next draws on the kernels' pool threads while they
+    are idle (a sampled decode step's noise, drawn while the model runs): float32 [n],
+    ``out.exponential_(1, generator=gen)``'s values; float64 [n], the uniform draws those are
+    made of (``exponential_of`` gives the values; ``vocab_pass`` takes the logarithm only
+    where a token can win). A ticket for ``noise_finish``, or None where no runtime of this
+    process loaded the kernel (it is never built for this). ``gen`` is the draw's until
     then."""
     if not loaded("noise_start") or not queue_is_exact():
         return None
     return op("noise_start")(out, gen)
 
 
+def exponential_of(uniforms: Tensor) -> Tensor:
+    """The Exp(1) values (float32) ``exponential_`` makes of the uniform draws ``uniforms``
+    (float64, ``noise_start``'s): its bits, the queue's check says."""
+    return op("exponential_of")(uniforms)
+
+
 @functools.cache
 def queue_is_exact() -> bool:
-    """Whether this torch's ``exponential_`` drawn in the queue's chunks (512 draws each, in
-    order) has the bits of one draw over the whole tensor, checked once per process where
-    the kernel is loaded. It holds for torch 2.13 (it draws element by element); where it
-    does not, ``noise_start`` returns None (rows draw inline) and one warning says so."""
+    """Whether the queue's draws (512 a chunk, in order) have the bits of one
+    ``exponential_`` over the whole tensor, both as float32 values and as the float64
+    uniform draws through ``exponential_of``, checked once per process where the kernel is
+    loaded. It holds for torch 2.13 (``exponential_`` and ``uniform_`` take one 64-bit draw
+    an element, and -log1p(-u) is ATen's expression); where it does not, ``noise_start``
+    returns None (rows draw inline) and one warning says so."""
     ok = True
     for seed, size in ((0, 4099), (1, 49152)):  # a partial last chunk; a vocabulary
-        queued = torch.empty(size)
-        op("noise_finish")(op("noise_start")(queued, torch.Generator().manual_seed(seed)))
         once = torch.empty(size).exponential_(1, generator=torch.Generator().manual_seed(seed))
-        ok &= torch.equal(queued, once)
+        for dtype in (torch.float32, torch.float64):
+            queued = torch.empty(size, dtype=dtype)
+            op("noise_finish")(op("noise_start")(queued, torch.Generator().manual_seed(seed)))
+            values = queued if dtype == torch.float32 else op("exponential_of")(queued)
+            ok &= torch.equal(values, once)
     if not ok:
         warnings.warn(
-            f"torch {torch.__version__}: exponential_ in chunks differs from one draw; "
+            f"torch {torch.__version__}: the queued draws differ from one exponential_; "
             "sampling noise is drawn inline",
             RuntimeWarning,
             stacklevel=3,

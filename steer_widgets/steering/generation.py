@@ -440,23 +440,29 @@ class RowSampler:
         return self.s.temperature != 0
 
     def prefetch(self) -> None:
-        """Queue the next ``noise()`` draw on the native kernels' idle threads, which draw it
-        while the model runs (1.8 ms a row on one core otherwise, an eighth of a decode step of
-        the default model): the same values, drawn in the same order from this row's
-        generator. A no-op for greedy rows, with a draw queued, or without the kernel."""
+        """Queue the next draw on the native kernels' idle threads, which draw it while the
+        model runs: the uniform draws ``exponential_`` would make its Exp(1) noise of, in the
+        same order from this row's generator. ``vocab_pass`` takes their logarithms (most of
+        ``exponential_``'s cost) only where a token can win. A no-op for greedy rows, with a
+        draw queued, or without the kernel."""
         if self.draws and self._queued is None and draws_are_torchs():
-            out = torch.empty(self.vocab)
+            out = torch.empty(self.vocab, dtype=torch.float64)
             ticket = native.noise_start(out, self.gen)
             self._queued = None if ticket is None else (ticket, out)
 
-    def noise(self) -> Tensor:
-        """The generator's next draw: Exp(1) over the vocabulary (the queued one, finished
-        here, after ``prefetch``)."""
+    def _drawn(self) -> Tensor:
+        """The generator's next draw: the queued uniforms (float64), finished here, after
+        ``prefetch``; else Exp(1) over the vocabulary (float32), drawn now."""
         if self._queued is None:
             return torch.empty(self.vocab).exponential_(1, generator=self.gen)
         (ticket, out), self._queued = self._queued, None
         native.noise_finish(ticket)
         return out
+
+    def noise(self) -> Tensor:
+        """The generator's next draw: Exp(1) over the vocabulary, ``exponential_``'s bits."""
+        drawn = self._drawn()
+        return drawn if drawn.dtype == torch.float32 else native.exponential_of(drawn)
 
     def close(self) -> None:
         """Drop a queued draw nobody will use (the row's decode ended)."""
@@ -467,8 +473,8 @@ class RowSampler:
     def pass_inputs(self) -> tuple[float, float, Tensor, Tensor | None]:
         """What ``native.vocab_pass`` needs to choose this row's next token as ``next`` does:
         the temperature, the frequency penalty, the counts it raises, and the noise (the
-        queued draw; None for a greedy row, which takes none)."""
-        noise = self.noise() if self.draws else None
+        queued uniforms or Exp(1) values; None for a greedy row, which takes none)."""
+        noise = self._drawn() if self.draws else None
         return self.s.temperature, self.s.freq_penalty, self.counts, noise
 
     def next(self, logits: Tensor) -> int:

@@ -1,8 +1,8 @@
 // Idle work for the pool's workers: ordered draws, chunk by chunk (no torch).
 //
 // A sampled decode step draws Exp(1) noise over the vocabulary for every sampling row (the
-// draw torch.multinomial makes), serially from that row's generator: 1.8 ms a row on one
-// core, about an eighth of a decode step of the default model (2026-12-02). The draw depends
+// draw torch.multinomial makes), serially from that row's generator: its uniform draws, at
+// least, whose logarithms vocab_pass takes only where a token can win. The draw depends
 // on nothing the step computes, so the next step's draws are queued before the model runs,
 // and the pool's workers draw them in chunks between the kernel calls they would otherwise
 // spin through; whoever needs a draw finishes it. A job's chunks are drawn in order, one

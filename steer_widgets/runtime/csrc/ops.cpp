@@ -290,20 +290,26 @@ at::Tensor ragged_attention(const at::Tensor& q, at::Tensor& k, at::Tensor& v,
   return y;
 }
 
-// Fills out (float32, 1-D, contiguous) with gen's next Exp(1) draws, as out.exponential_(1,
-// gen) would, on the pool's workers while they are idle; returns a ticket for noise_finish
+// Fills out (1-D, contiguous) with gen's next draws on the pool's workers while they are
+// idle: float32, the Exp(1) draws out.exponential_(1, gen) makes; float64, the uniform draws
+// in [0, 1) those are made of (exponential_ turns each into -log1p(-u), which vocab_pass then
+// computes only where a token can win: exponential_of). Returns a ticket for noise_finish
 // (which completes the draw on the calling thread) or noise_cancel. Until then nothing else
-// may draw from gen. Each chunk is torch's own exponential_ on a slice: exponential_ draws
-// the generator's values element by element, so the chunks in order give the bits of one
-// exponential_ over the whole tensor.
+// may draw from gen. Each chunk is torch's own exponential_ or uniform_ on a slice: both draw
+// the generator's values element by element, one 64-bit draw each, so the chunks in order
+// give the bits of one call over the whole tensor.
 int64_t noise_start(const at::Tensor& out, const std::optional<at::Generator>& gen) {
-  TORCH_CHECK(out.dim() == 1 && out.is_contiguous() && out.scalar_type() == at::kFloat &&
-                  out.device().is_cpu(),
-              "out must be a contiguous 1-D float32 CPU tensor");
+  const bool uniform = out.scalar_type() == at::kDouble;
+  TORCH_CHECK(out.dim() == 1 && out.is_contiguous() && out.device().is_cpu() &&
+                  (uniform || out.scalar_type() == at::kFloat),
+              "out must be a contiguous 1-D float32 or float64 CPU tensor");
   TORCH_CHECK(gen.has_value() && gen->device().is_cpu(), "a CPU generator is needed");
-  auto draw = [out, g = *gen](int64_t begin, int64_t end) mutable {
+  auto draw = [out, g = *gen, uniform](int64_t begin, int64_t end) mutable {
     c10::InferenceMode guard;  // the tensor may have been made in inference mode
-    out.slice(0, begin, end).exponential_(1.0, g);
+    if (uniform)
+      out.slice(0, begin, end).uniform_(0.0, 1.0, g);
+    else
+      out.slice(0, begin, end).exponential_(1.0, g);
   };
   const int64_t ticket = sw::NoiseQueue::get().submit(out.numel(), std::move(draw));
   sw::pool_nudge(threads_for_kernels());
@@ -345,6 +351,16 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> vocab_pass(
     const c10::List<std::optional<at::Tensor>>& noise, c10::ArrayRef<int64_t> follow, int64_t k) {
   return sw::vocab_pass(logits, temperature, penalty, counts.vec(), noise.vec(), follow, k,
                         threads_for_kernels());
+}
+
+// The Exp(1) values exponential_ makes of the uniform draws u (float64 [n]): float32 [n].
+at::Tensor exponential_of(const at::Tensor& u) {
+  TORCH_CHECK(u.dim() == 1 && u.is_contiguous() && u.scalar_type() == at::kDouble &&
+                  u.device().is_cpu(),
+              "u must be a contiguous 1-D float64 CPU tensor");
+  auto out = at::empty({u.size(0)}, u.options().dtype(at::kFloat));
+  sw::exponential_of(u.data_ptr<double>(), out.data_ptr<float>(), u.size(0));
+  return out;
 }
 
 // The pool's worker threads started so far.
@@ -428,6 +444,7 @@ TORCH_LIBRARY(steer_widgets, m) {
   m.def("openmp_threads(int n) -> int", &openmp_threads);
   m.def("kernel_threads() -> int", &kernel_thread_count);
   m.def("pool_workers() -> int", &pool_workers);
+  m.def("exponential_of(Tensor u) -> Tensor", &exponential_of);
   m.def("noise_start(Tensor out, Generator? gen) -> int", &noise_start);
   m.def("noise_finish(int ticket) -> ()", &noise_finish);
   m.def("noise_cancel(int ticket) -> ()", &noise_cancel);

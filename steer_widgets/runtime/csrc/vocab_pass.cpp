@@ -12,6 +12,7 @@
 // multiply-add: the build's -ffp-contract=off), and the argmax, the checks and the top k are
 // scans on four floats at a time. A row's results depend on its own inputs alone, whichever thread ran it.
 #include <ATen/core/Tensor.h>
+#include <ATen/core/TransformationHelper.h>
 #include <ATen/ops/_log_softmax.h>
 #include <ATen/ops/_softmax.h>
 #include <ATen/ops/empty.h>
@@ -105,6 +106,53 @@ int64_t draw(const float* probs, const float* noise, float* scratch, int64_t n) 
   return first_argmax(scratch, n);
 }
 
+// torch's Exp(1) value of one uniform draw: exponential_distribution<double> with lambda 1
+// (ATen's own expression), as exponential_ stores it in float32
+inline float exponential(double u) {
+  return static_cast<float>(at::transformation::exponential<double>(u, 1.0));
+}
+
+typedef double D4 __attribute__((vector_size(32)));
+typedef int64_t L4 __attribute__((vector_size(32)));
+
+// draw() with the noise given as the uniform draws u it is made of (E = -log1p(-u)), taking
+// the logarithm only where a token can still win. E >= u (the series of -log1p(-u)), so p / E
+// <= p / u: a token with p < best * u * (1 - 2^-18) has a quotient below the best one found so
+// far, whatever the roundings (log1p within an ulp, E rounded to float32, the quotient
+// rounded: well inside the margin), and is passed over. Every other token's quotient is
+// draw()'s and is compared as first_argmax compares (NaN first, then the larger, ties by the
+// lower index), so the token is draw()'s on the Exp(1) values. Almost every token is passed
+// over in a vector comparison: a step costs the uniform draws and a scan, not 49k logarithms.
+int64_t draw_uniform(const float* probs, const double* u, int64_t n) {
+  const Extremes e = extremes(probs, n);
+  if (e.nan || e.min < 0.0f || e.max == std::numeric_limits<float>::infinity())
+    throw std::runtime_error("probability tensor contains either `inf`, `nan` or element < 0");
+  if (!(e.max > 0.0f))
+    throw std::runtime_error("invalid multinomial distribution (sum of probabilities <= 0)");
+  int64_t at = first_argmax(probs, n);  // the most likely token's quotient to start from
+  float best = probs[at] / exponential(u[at]);
+  constexpr double kMargin = 1.0 - 0x1p-18;
+  double bound = best * kMargin;  // NaN (a NaN quotient) or inf passes nothing over
+  const auto offer = [&](int64_t i) {
+    if (!(static_cast<double>(probs[i]) < bound * u[i])) {
+      const float q = probs[i] / exponential(u[i]);
+      if (before(q, i, best, at)) best = q, at = i, bound = best * kMargin;
+    }
+  };
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    D4 p, w;
+    for (int j = 0; j < 4; ++j) p[j] = probs[i + j];
+    std::memcpy(&w, u + i, sizeof w);
+    const D4 b = {bound, bound, bound, bound};
+    const L4 skip = p < b * w;
+    if (!(skip[0] && skip[1] && skip[2] && skip[3]))
+      for (int j = 0; j < 4; ++j) offer(i + j);
+  }
+  for (; i < n; ++i) offer(i);
+  return at;
+}
+
 // whether any of the 16 values at p is NaN or above floor
 bool any_above(const float* p, float floor) {
   const F4 f = {floor, floor, floor, floor};
@@ -141,7 +189,7 @@ void top_k(const float* v, int64_t n, int64_t k, int64_t* ids, float* vals) {
 
 // one row's token (greedy at temperature 0), counts[token] raised by one
 int64_t choose(const at::Tensor& logits, double temperature, double penalty, float* counts,
-               const float* noise) {
+               const at::Tensor* noise) {
   const int64_t n = logits.numel();
   const float* l = logits.data_ptr<float>();
   int64_t token;
@@ -155,13 +203,20 @@ int64_t choose(const at::Tensor& logits, double temperature, double penalty, flo
     if (penalty > 0.0)
       for (int64_t i = 0; i < n; ++i) s[i] = s[i] - counts[i] * f;
     at::Tensor probs = at::_softmax(scaled, 0, false);
-    token = draw(probs.data_ptr<float>(), noise, s, n);  // scaled is free again: the scratch
+    if (noise->scalar_type() == at::kDouble)
+      token = draw_uniform(probs.data_ptr<float>(), noise->data_ptr<double>(), n);
+    else  // scaled is free again: the scratch
+      token = draw(probs.data_ptr<float>(), noise->data_ptr<float>(), s, n);
   }
   counts[token] += 1.0f;
   return token;
 }
 
 }  // namespace
+
+void exponential_of(const double* u, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = exponential(u[i]);
+}
 
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> vocab_pass(
     const at::Tensor& logits, c10::ArrayRef<double> temperature, c10::ArrayRef<double> penalty,
@@ -177,13 +232,15 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> vocab_pass(
   TORCH_CHECK(entries(temperature.size()) && entries(penalty.size()) && entries(counts.size()) &&
                   entries(noise.size()) && entries(follow.size()),
               "temperature, penalty, counts, noise and follow need one entry per row");
-  auto vector = [n](const std::optional<at::Tensor>& t) {
-    return !t.has_value() || (t->dim() == 1 && t->size(0) == n && t->is_contiguous() &&
-                              t->scalar_type() == at::kFloat && t->device().is_cpu());
+  auto vector = [n](const std::optional<at::Tensor>& t, bool uniform) {
+    return !t.has_value() ||
+           (t->dim() == 1 && t->size(0) == n && t->is_contiguous() && t->device().is_cpu() &&
+            (t->scalar_type() == at::kFloat || (uniform && t->scalar_type() == at::kDouble)));
   };
   for (int64_t r = 0; r < rows; ++r) {
-    TORCH_CHECK(vector(counts[r]) && vector(noise[r]), "row ", r,
-                ": counts and noise must be contiguous float32 CPU [vocab]");
+    TORCH_CHECK(vector(counts[r], false) && vector(noise[r], true), "row ", r,
+                ": counts (float32) and noise (float32 or float64) must be contiguous CPU "
+                "[vocab]");
     const bool chooses = counts[r].has_value();
     TORCH_CHECK(chooses == (follow[r] < 0), "row ", r,
                 " needs either its counts (it chooses its token) or a row to follow");
@@ -203,7 +260,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> vocab_pass(
     for (int64_t r = r0; r < r1; ++r) {
       const at::Tensor row = logits[r];
       if (counts[r].has_value()) {
-        const float* drawn = noise[r].has_value() ? noise[r]->data_ptr<float>() : nullptr;
+        const at::Tensor* drawn = noise[r].has_value() ? &*noise[r] : nullptr;
         token[r] = choose(row, temperature[r], penalty[r], counts[r]->data_ptr<float>(), drawn);
       }
       logp[r] = at::_log_softmax(row, 0, false);
