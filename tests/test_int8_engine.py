@@ -7,11 +7,13 @@ from __future__ import annotations
 import pytest
 import torch
 from test_evaluate import check_rows_exact
+from test_invariance import assert_ragged_step_rows_equal_rows_alone
 from test_quantized import random_blocks
 from test_ragged import batch_requests, same, solo
 
 import steer_widgets as sw
 from steer_widgets.runtime import native, quant
+from steer_widgets.runtime.invariance import ANY_ROWS
 
 pytestmark = pytest.mark.skipif(native.extension() is None, reason="needs the native kernel")
 
@@ -34,6 +36,12 @@ def test_the_engine_reads_int8_blocks_and_its_logits_stay_near_float32(engine8, 
     # the embedding lookups read the float32 layout: the same rows as the float32 model's
     rows = torch.tensor([0, 5, 49151])
     assert torch.equal(runtime.embed.rows(rows), engine.model.runtime.embed.rows(rows))
+
+
+def test_a_ragged_step_of_many_rows_equals_each_row_alone(engine8):
+    """More rows than the calibration measures, in one fused call a block."""
+    assert engine8.model.runtime.row_groups["matmul"] == ANY_ROWS
+    assert_ragged_step_rows_equal_rows_alone(engine8.model.runtime, rows=40)
 
 
 def test_a_ragged_batch_equals_each_request_alone(engine8, sources):

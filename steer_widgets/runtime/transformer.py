@@ -358,8 +358,10 @@ class Transformer:
         )
 
     def calibrate(self) -> dict[str, int]:
-        """Measure the largest batch-invariant decode row groups (see ``invariance.py``)."""
-        from .invariance import invariant_group_sizes
+        """Measure the largest batch-invariant decode row groups (see ``invariance.py``):
+        ``ANY_ROWS`` where the native kernels compute every product and the attention (each
+        row alone by construction) and the measurement agrees."""
+        from .invariance import ANY_ROWS, MAX_GROUP, invariant_group_sizes
 
         l0, cfg = self.layers[0], self.cfg
         linears = [l0.wqkv, l0.wo, l0.w_gate_up, l0.w_down, self.unembed]
@@ -368,9 +370,13 @@ class Transformer:
         def attend(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
             return self._attend(q, k, v, k.shape[2] - 1, window)
 
-        return invariant_group_sizes(
+        groups = invariant_group_sizes(
             linears, cfg.n_heads, cfg.n_kv_heads, cfg.d_head, self.device, self.dtype, attend
         )
+        alone = self._native_attention and all(lin.kernel == "native" for lin in self._products())
+        if alone and all(size == MAX_GROUP for size in groups.values()):
+            return dict.fromkeys(groups, ANY_ROWS)
+        return groups
 
     @property
     def hook_names(self) -> list[str]:
@@ -384,11 +390,15 @@ class Transformer:
         z, d = self.cfg.n_heads * self.cfg.d_head, self.cfg.d_model
         return {name: z if name.endswith("hook_z") else d for name in self.hook_names}
 
-    def weight_bytes(self) -> int:
-        """Bytes read per decode step (every weight once; tied embeddings counted once)."""
-        linears = [self.unembed] + [
+    def _products(self) -> list:
+        """Every matrix product of a forward pass: the unembedding, then each block's."""
+        return [self.unembed] + [
             lin for x in self.layers for lin in (x.wqkv, x.wo, x.w_gate_up, x.w_down)
         ]
+
+    def weight_bytes(self) -> int:
+        """Bytes read per decode step (every weight once; tied embeddings counted once)."""
+        linears = self._products()
         norms = [self.final_norm] + [
             n
             for x in self.layers
