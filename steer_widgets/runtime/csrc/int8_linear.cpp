@@ -68,6 +68,7 @@ struct Rows {
   std::vector<int8_t> q;   // [M, K]
   std::vector<float> d;    // [M, K / 32]
   std::vector<int32_t> s;  // [M, K / 32]
+  std::vector<float> ds;   // [M, K / 32]: d * float(s), the offset term's factor
 };
 
 // One block of 32: its codes, scale and code sum. Every path computes the same numbers: the
@@ -160,11 +161,14 @@ Rows quantize(const float* x, int64_t M, int64_t K, int64_t threads) {
   const int64_t G = K / kQK;
   Rows r{std::vector<int8_t>(static_cast<size_t>(M * K)),
          std::vector<float>(static_cast<size_t>(M * G)),
-         std::vector<int32_t>(static_cast<size_t>(M * G))};
+         std::vector<int32_t>(static_cast<size_t>(M * G)),
+         std::vector<float>(static_cast<size_t>(M * G))};
   parallel_for(threads, 0, M * G, kQuantizeGrain, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i)
-      quantize_block(x + i * kQK, r.q.data() + i * kQK, r.d[static_cast<size_t>(i)],
-                     r.s[static_cast<size_t>(i)]);
+    for (int64_t i = i0; i < i1; ++i) {
+      const auto at = static_cast<size_t>(i);
+      quantize_block(x + i * kQK, r.q.data() + i * kQK, r.d[at], r.s[at]);
+      r.ds[at] = r.d[at] * static_cast<float>(r.s[at]);  // once, not once a column block
+    }
   });
   return r;
 }
@@ -272,8 +276,9 @@ void block_tile(const Rows& x, int64_t m0, const uint8_t* w, const float* bias, 
         s[0] = _mm512_sub_epi32(s[0], wsum[0]);
         if constexpr (T == kQ6_K) s[1] = _mm512_sub_epi32(s[1], wsum[1]);
       }
-      const float dx = x.d[static_cast<size_t>(row * G + g)];
-      const int32_t sx = x.s[static_cast<size_t>(row * G + g)];
+      const auto at = static_cast<size_t>(row * G + g);
+      const float dx = x.d[at];
+      const int32_t sx = x.s[at];
       __m512i t = T == kQ6_K ? s[0] : _mm512_add_epi32(s[0], s[1]);
       if constexpr (T == kQ4_0) t = _mm512_sub_epi32(t, _mm512_set1_epi32(8 * sx));
       const __m512 dxv = _mm512_set1_ps(dx);
@@ -281,7 +286,7 @@ void block_tile(const Rows& x, int64_t m0, const uint8_t* w, const float* bias, 
       if constexpr (T == kQ6_K)
         acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[1]), _mm512_mul_ps(sw2, dxv), acc[r]);
       if constexpr (has_offset(T))
-        acc[r] = _mm512_fmadd_ps(ow, _mm512_set1_ps(dx * static_cast<float>(sx)), acc[r]);
+        acc[r] = _mm512_fmadd_ps(ow, _mm512_set1_ps(x.ds[at]), acc[r]);
     }
   }
   const int64_t col = b * kBlock, n = std::min(kBlock, N - col);
@@ -429,15 +434,16 @@ void half_tile(const Rows& x, int64_t m0, const uint8_t* w, const float* bias, f
       const int64_t row = m0 + r;
       __m256i t[2];
       row_sums<T>(wq, x.q.data() + row * K + g * kQK, t);
-      const float dx = x.d[static_cast<size_t>(row * G + g)];
-      const int32_t sx = x.s[static_cast<size_t>(row * G + g)];
+      const auto at = static_cast<size_t>(row * G + g);
+      const float dx = x.d[at];
+      const int32_t sx = x.s[at];
       if constexpr (T == kQ4_0) t[0] = _mm256_sub_epi32(t[0], _mm256_set1_epi32(8 * sx));
       const __m256 dxv = _mm256_set1_ps(dx);
       acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t[0]), _mm256_mul_ps(sw, dxv), acc[r]);
       if constexpr (T == kQ6_K)
         acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t[1]), _mm256_mul_ps(sw2, dxv), acc[r]);
       if constexpr (has_offset(T))
-        acc[r] = _mm256_fmadd_ps(ow, _mm256_set1_ps(dx * static_cast<float>(sx)), acc[r]);
+        acc[r] = _mm256_fmadd_ps(ow, _mm256_set1_ps(x.ds[at]), acc[r]);
     }
   }
   const int64_t col = b * kBlock + h * kHalf, n = std::min(kHalf, N - col);
@@ -483,13 +489,14 @@ void column_block(const Rows& x, int64_t M, const uint8_t* w, const float* bias,
         int32_t t[2] = {0, 0};  // Q6_K: k 0-15 and 16-31 apart; every other type in t[0]
         for (int64_t k = 0; k < kQK; ++k)
           t[T == kQ6_K && k >= 16] += weight_code(T, grp + scale_bytes(T), c, k) * xq[k];
-        const float dx = x.d[static_cast<size_t>(row * G + g)];
-        const int32_t sx = x.s[static_cast<size_t>(row * G + g)];
+        const auto at = static_cast<size_t>(row * G + g);
+        const float dx = x.d[at];
+        const int32_t sx = x.s[at];
         if (T == kQ4_0) t[0] -= 8 * sx;
         acc = std::fma(static_cast<float>(t[0]), factor(T, grp, 0, c) * dx, acc);
         if (T == kQ6_K) acc = std::fma(static_cast<float>(t[1]), factor(T, grp, 1, c) * dx, acc);
         if (has_offset(T))
-          acc = std::fma(factor(T, grp, -1, c), dx * static_cast<float>(sx), acc);
+          acc = std::fma(factor(T, grp, -1, c), x.ds[at], acc);
       }
       y[row * N + col] = bias ? acc + bias[col] : acc;
     }
