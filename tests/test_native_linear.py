@@ -98,7 +98,8 @@ def test_native_rotary_is_bit_for_bit_the_torch_ops(d, r):
                                                         (4, 4, 33, 128), (8, 1, 600, 16)])  # fmt: skip
 def test_native_decode_attention_is_sdpa_and_each_row_and_thread_count_exact(h, h_kv, length, d):
     """One decode position over a KV-cache slice (read in place, as the runtime passes it):
-    SDPA's result to float32 rounding, each row bit for bit alone, at any thread count."""
+    SDPA's result to float32 rounding, each row and each head bit for bit alone, at any
+    thread count."""
     import torch.nn.functional as F
 
     gen = torch.Generator().manual_seed(length)
@@ -113,6 +114,13 @@ def test_native_decode_attention_is_sdpa_and_each_row_and_thread_count_exact(h, 
             native_ops.decode_attention(q[b : b + 1], k[b : b + 1], v[b : b + 1], d**-0.5)[0],
             got[b],
         )
+    for window in (0, 5):  # a key head's query heads run together: each head's bits alone
+        heads = native_ops.causal_attention(q, k, v, d**-0.5, length - 1, window)
+        for i in range(h):
+            g = i // (h // h_kv)
+            alone = native_ops.causal_attention(q[:, i : i + 1], k[:, g : g + 1],
+                                                v[:, g : g + 1], d**-0.5, length - 1, window)  # fmt: skip
+            assert torch.equal(alone[:, 0], heads[:, i]), (window, i)
     threads = torch.get_num_threads()
     try:
         torch.set_num_threads(1)
