@@ -143,34 +143,35 @@ constexpr auto kAttendTiles = attend_tiles(std::make_integer_sequence<int, kMaxH
 
 namespace {
 
-// One decode position (T = 1) of every row: the query heads that share a key and value head
-// (grouped-query attention) go through attend_tile together, as a prefill's positions do, so
-// each of the group's keys and values is read once, not once a head. Every head attends the
-// same keys, and each keeps its own arithmetic (attend_tile), so the bits are those of each
-// head alone.
-void decode_attention(const float* qp, const float* kp, const float* vp, float* yp,
-                      const AttentionShape& s, float scale, int64_t threads) {
-  const int64_t group = s.H / s.Hkv;
-  const int64_t tiles = (group + kQueryTile - 1) / kQueryTile;  // per (row, key head)
+// causal_attention's work as tasks: for each row, `units` groups of `per_unit` queries (query
+// j of unit u is head and position query(u, j), every query of a unit on one key head), in
+// tiles of up to kQueryTile queries that attend_tile takes together.
+template <typename Query>
+void attend_tasks(const float* qp, const float* kp, const float* vp, float* yp,
+                  const AttentionShape& s, float scale, int64_t threads, int64_t units,
+                  int64_t per_unit, const Query& query) {
+  const int64_t group = s.H / s.Hkv, tiles = (per_unit + kQueryTile - 1) / kQueryTile;
   const TileFn attend = kAttendTiles[s.D / kBlock - 1];
-  const int64_t work = 2 * s.L * s.D * std::min<int64_t>(group, kQueryTile);
+  // below ~64k multiply-adds per thread, starting threads costs more than it saves
+  const int64_t work = 2 * s.L * s.D * std::min<int64_t>(per_unit, kQueryTile);
   const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, work));
-  parallel_for(threads, 0, s.B * s.Hkv * tiles, grain, [&](int64_t i0, int64_t i1) {
+  parallel_for(threads, 0, s.B * units * tiles, grain, [&](int64_t i0, int64_t i1) {
     std::vector<float> w(static_cast<size_t>(kQueryTile * s.L));
     for (int64_t i = i0; i < i1; ++i) {
-      const int64_t h0 = (i % tiles) * kQueryTile, bg = i / tiles, b = bg / s.Hkv, g = bg % s.Hkv;
+      const int64_t j0 = (i % tiles) * kQueryTile, bu = i / tiles, b = bu / units, u = bu % units;
       const int64_t kb = s.rows ? s.rows[b] : b, start = s.starts ? s.starts[b] : s.start;
-      const int n = static_cast<int>(std::min<int64_t>(kQueryTile, group - h0));
+      const int n = static_cast<int>(std::min<int64_t>(kQueryTile, per_unit - j0));
       const float* q[kQueryTile];
       float* out[kQueryTile];
       int64_t lo[kQueryTile], hi[kQueryTile];
       for (int p = 0; p < n; ++p) {
-        const int64_t h = g * group + h0 + p;
-        hi[p] = start + 1;
+        const auto [h, t] = query(u, j0 + p);
+        hi[p] = start + t + 1;  // keys up to this query's own position
         lo[p] = s.window > 0 ? std::max<int64_t>(0, hi[p] - s.window) : 0;
-        q[p] = qp + b * s.qs0 + h * s.qs1;
-        out[p] = yp + (b * s.H + h) * s.D;
+        q[p] = qp + b * s.qs0 + h * s.qs1 + t * s.qs2;
+        out[p] = yp + ((b * s.H + h) * s.T + t) * s.D;
       }
+      const int64_t g = query(u, j0).first / group;
       attend(q, n, kp + kb * s.ks0 + g * s.ks1, s.ks2, vp + kb * s.vs0 + g * s.vs1, s.vs2, lo, hi,
              scale, w.data(), s.L, out);
     }
@@ -179,36 +180,21 @@ void decode_attention(const float* qp, const float* kp, const float* vp, float* 
 
 }  // namespace
 
+// A prefill's positions of one head share each key load (attend_tile). At one position (a
+// decode step) the query heads that share a key and value head (grouped-query attention) go
+// through attend_tile together instead, so each of the group's keys and values is read once,
+// not once a head. Either way every query keeps its own arithmetic (attend_tile): the bits of
+// each head and position alone.
 void causal_attention(const float* qp, const float* kp, const float* vp, float* yp,
                       const AttentionShape& s, float scale, int64_t threads) {
   const int64_t group = s.H / s.Hkv;
-  if (s.T == 1 && group > 1) return decode_attention(qp, kp, vp, yp, s, scale, threads);
-  const TileFn attend = kAttendTiles[s.D / kBlock - 1];
-  const int64_t tiles = (s.T + kQueryTile - 1) / kQueryTile;  // per (row, head)
-  // below ~64k multiply-adds per thread, starting threads costs more than it saves
-  const int64_t work = 2 * s.L * s.D * std::min<int64_t>(s.T, kQueryTile);
-  const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, work));
-  parallel_for(threads, 0, s.B * s.H * tiles, grain, [&](int64_t i0, int64_t i1) {
-    std::vector<float> w(static_cast<size_t>(kQueryTile * s.L));
-    for (int64_t i = i0; i < i1; ++i) {
-      const int64_t t0 = (i % tiles) * kQueryTile, bh = i / tiles, b = bh / s.H, h = bh % s.H;
-      const int64_t kb = s.rows ? s.rows[b] : b, start = s.starts ? s.starts[b] : s.start;
-      const int n = static_cast<int>(std::min<int64_t>(kQueryTile, s.T - t0));
-      const float* q[kQueryTile];
-      float* out[kQueryTile];
-      int64_t lo[kQueryTile], hi[kQueryTile];
-      for (int p = 0; p < n; ++p) {
-        const int64_t t = t0 + p;
-        hi[p] = start + t + 1;  // keys up to this query's own position
-        lo[p] = s.window > 0 ? std::max<int64_t>(0, hi[p] - s.window) : 0;
-        q[p] = qp + b * s.qs0 + h * s.qs1 + t * s.qs2;
-        out[p] = yp + (bh * s.T + t) * s.D;
-      }
-      const int64_t g = h / group;
-      attend(q, n, kp + kb * s.ks0 + g * s.ks1, s.ks2, vp + kb * s.vs0 + g * s.vs1, s.vs2, lo, hi,
-             scale, w.data(), s.L, out);
-    }
-  });
+  using HeadAt = std::pair<int64_t, int64_t>;  // (query head, position)
+  if (s.T == 1 && group > 1)
+    attend_tasks(qp, kp, vp, yp, s, scale, threads, s.Hkv, group,
+                 [group](int64_t u, int64_t j) { return HeadAt{u * group + j, 0}; });
+  else
+    attend_tasks(qp, kp, vp, yp, s, scale, threads, s.H, s.T,
+                 [](int64_t u, int64_t j) { return HeadAt{u, j}; });
 }
 
 }  // namespace sw
