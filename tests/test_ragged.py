@@ -175,6 +175,24 @@ def test_a_ragged_step_builds_its_row_indexes_once_per_device():
     assert step == Ragged((2, 0), (7, 3))
 
 
+def test_a_forward_pass_slices_each_distinct_rotary_table_once(engine, monkeypatch):
+    """The default model's config is read back from a file, with an equal Rope object per
+    layer: a ragged step slices the tables once, not once a layer."""
+    import torch
+
+    runtime = engine.model.runtime
+    assert len({id(r) for r in runtime.cfg.ropes}) == runtime.cfg.n_layers
+    calls, real = [], runtime._rotary_at
+    monkeypatch.setattr(runtime, "_rotary_at", lambda *a: calls.append(a) or real(*a))
+    cache = runtime.new_cache(2, 8)
+    for r in range(2):
+        runtime.forward(torch.tensor([[5, 6, 7]]), cache.view(r))
+    cache.lengths = [3, 3]
+    calls.clear()
+    runtime.forward(torch.tensor([[8], [9]]), cache, rows=[0, 1])
+    assert len(calls) == 1
+
+
 def test_the_ragged_kernel_writes_each_rows_key_and_value_then_attends_alone():
     """``ragged_attention`` writes each row's new key and value at its own position of its
     cache row (what two index_put calls per layer did) and attends as that row alone; a

@@ -267,6 +267,13 @@ class Transformer:
         self.final_norm = self._norm_weights(state, names["final_norm"], last)
         self.layers = [self._layer(state, names, i) for i in range(cfg.n_layers)]
         self._rope: dict = {}  # (Rope, device) -> (cos, signed sin), grown on demand
+        # per layer, the first layer with an equal rotary on its device: a forward pass slices
+        # each distinct table once (a config read back holds an equal Rope per layer)
+        firsts: dict = {}
+        self._rope_first = [
+            firsts.setdefault((rope, dev), i)
+            for i, (rope, dev) in enumerate(zip(cfg.ropes, self.layer_devices, strict=False))
+        ]  # [] without rotary (learned positions)
         self._embed_scale = (
             None
             if cfg.embed_scale is None
@@ -551,11 +558,11 @@ class Transformer:
             return [None] * self.cfg.n_layers
         shared: dict = {}
         out = []
-        for rope, dev in zip(self.cfg.ropes, self.layer_devices, strict=True):
-            key = (id(rope), dev)
-            if key not in shared:
-                shared[key] = self._rotary_at(rope, dev, start, t)
-            out.append(shared[key])
+        for first in self._rope_first:
+            if first not in shared:
+                rope, dev = self.cfg.ropes[first], self.layer_devices[first]
+                shared[first] = self._rotary_at(rope, dev, start, t)
+            out.append(shared[first])
         return out
 
     def _rotary_at(self, rope: Rope, dev, start: int | Ragged, t: int) -> tuple[Tensor, Tensor]:
