@@ -144,10 +144,16 @@ inline void quantize_block(const float* xb, int8_t* q, float& d, int32_t& s) {
 }
 #endif
 
-// A column block kAhead blocks on is fetched into L2 while this one computes: with several
-// rows a block computes long enough that the hardware prefetcher, which runs a few lines
-// ahead of the reads, leaves the memory bus idle meanwhile (docs/benchmarks.md).
+// A column block kAhead blocks on is fetched into L2 while this one computes: with more rows
+// than a row tile a block computes long enough that the hardware prefetcher, which runs a
+// few lines ahead of the reads, leaves the memory bus idle meanwhile; a row or a few stream
+// at its pace, and the extra instructions only cost (docs/benchmarks.md).
 constexpr int64_t kAhead = 2;
+
+// whether column block b's first row tile fetches block b + kAhead (see above)
+inline bool fetches_ahead(int64_t M, int64_t row_tile, int64_t b, int64_t N) {
+  return M > row_tile && (b + kAhead) * kBlock < N;
+}
 
 inline void prefetch_group(const uint8_t* p, int64_t bytes) {
   for (int64_t at = 0; at < bytes; at += 64) __builtin_prefetch(p + at, 0, 2);  // read, L2
@@ -220,12 +226,12 @@ inline __m512i codes16(const uint8_t* codes, int l) {
                             _mm256_loadu_si256(hi), 1);
 }
 
-// R rows x the 16 columns of column block b, every group: y (+ bias)
+// R rows x the 16 columns of column block b, every group: y (+ bias); with ahead, block
+// b + kAhead is fetched meanwhile
 template <int64_t T, int R>
 void block_tile(const Rows& x, int64_t m0, const uint8_t* w, const float* bias, float* y,
-                int64_t K, int64_t N, int64_t b) {
+                int64_t K, int64_t N, int64_t b, bool ahead) {
   const int64_t G = K / kQK, gb = quant_group_bytes(T);
-  const bool ahead = m0 == 0 && (b + kAhead) * kBlock < N;  // the first row tile fetches
   const __m512i low = _mm512_set1_epi8(0x0f);
   __m512 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_ps();
@@ -301,7 +307,7 @@ void block_tile(const Rows& x, int64_t m0, const uint8_t* w, const float* bias, 
 template <int64_t T, int... Rs>
 constexpr auto block_tiles(std::integer_sequence<int, Rs...>) {
   using Fn = void (*)(const Rows&, int64_t, const uint8_t*, const float*, float*, int64_t,
-                      int64_t, int64_t);
+                      int64_t, int64_t, bool);
   return std::array<Fn, sizeof...(Rs)>{block_tile<T, Rs + 1>...};
 }
 
@@ -310,9 +316,10 @@ template <int64_t T>
 void column_block(const Rows& x, int64_t M, const uint8_t* w, const float* bias, float* y,
                   int64_t K, int64_t N, int64_t b) {
   static constexpr auto tiles = block_tiles<T>(std::make_integer_sequence<int, kRowTile>{});
+  const bool ahead = fetches_ahead(M, kRowTile, b, N);
   for (int64_t m = 0; m < M; m += kRowTile) {
     const int rows = static_cast<int>(std::min<int64_t>(kRowTile, M - m));
-    tiles[rows - 1](x, m, w, bias, y, K, N, b);
+    tiles[rows - 1](x, m, w, bias, y, K, N, b, ahead && m == 0);
   }
 }
 #elif defined(__AVX2__) && defined(__FMA__)
@@ -404,12 +411,12 @@ inline void row_sums(const __m256i (&wq)[8], const int8_t* xq, __m256i (&t)[2]) 
 #endif
 }
 
-// R rows x the 8 columns of half h of column block b, every group: y (+ bias)
+// R rows x the 8 columns of half h of column block b, every group: y (+ bias); with ahead,
+// block b + kAhead is fetched meanwhile
 template <int64_t T, int R>
 void half_tile(const Rows& x, int64_t m0, const uint8_t* w, const float* bias, float* y,
-               int64_t K, int64_t N, int64_t b, int64_t h) {
+               int64_t K, int64_t N, int64_t b, int64_t h, bool ahead) {
   const int64_t G = K / kQK, gb = quant_group_bytes(T);
-  const bool ahead = h == 0 && m0 == 0 && (b + kAhead) * kBlock < N;  // the first tile fetches
   const __m256i low = _mm256_set1_epi8(0x0f);
   __m256 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
@@ -458,7 +465,7 @@ void half_tile(const Rows& x, int64_t m0, const uint8_t* w, const float* bias, f
 template <int64_t T, int... Rs>
 constexpr auto half_tiles(std::integer_sequence<int, Rs...>) {
   using Fn = void (*)(const Rows&, int64_t, const uint8_t*, const float*, float*, int64_t,
-                      int64_t, int64_t, int64_t);
+                      int64_t, int64_t, int64_t, bool);
   return std::array<Fn, sizeof...(Rs)>{half_tile<T, Rs + 1>...};
 }
 
@@ -467,10 +474,11 @@ template <int64_t T>
 void column_block(const Rows& x, int64_t M, const uint8_t* w, const float* bias, float* y,
                   int64_t K, int64_t N, int64_t b) {
   static constexpr auto tiles = half_tiles<T>(std::make_integer_sequence<int, kRowTile>{});
+  const bool ahead = fetches_ahead(M, kRowTile, b, N);
   for (int64_t h = 0; h < 2 && b * kBlock + h * kHalf < N; ++h)
     for (int64_t m = 0; m < M; m += kRowTile) {
       const int rows = static_cast<int>(std::min<int64_t>(kRowTile, M - m));
-      tiles[rows - 1](x, m, w, bias, y, K, N, b, h);
+      tiles[rows - 1](x, m, w, bias, y, K, N, b, h, ahead && h == 0 && m == 0);
     }
 }
 #else
