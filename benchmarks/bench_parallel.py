@@ -18,7 +18,9 @@ prefills (``common.PrefillClock``): what batching the decode steps saves.
 ``vocab_pass_ms_per_row``: the end of a decode step (each row's token, log-probability and
 top 5) per row, by rows and sampling, one native pass over every row (``native``) against
 the same rows one at a time in Python (``rows_alone``), at torch's thread count; sampled
-rows' noise is drawn beforehand, as the pool draws it while the model runs.
+rows' noise is drawn beforehand, as the pool draws it while the model runs: the uniform
+draws decoding queues for the native pass (which takes their logarithms only where a token
+can win), Exp(1) values for the Python path.
 
 Every figure for both ``products`` settings (``int8_*``), but the vocabulary pass.
 """
@@ -187,14 +189,17 @@ def vocab_pass_ms_per_row(vocab: int, repeats: int = 200) -> dict[str, dict[str,
     out = {}
     for rows, temperature in ((1, 0.0), (1, 0.5), (8, 0.0), (8, 0.5)):
         logits = torch.randn(rows, vocab, generator=torch.Generator().manual_seed(rows)) * 4
-        noise = torch.empty(vocab).exponential_(1)
+        drawn = {
+            "native": torch.empty(vocab, dtype=torch.float64).uniform_(),
+            "rows_alone": torch.empty(vocab).exponential_(1),
+        }
         sampling = Sampling(temperature=temperature, freq_penalty=1.0)
         samplers = [RowSampler(sampling, [1, 2, 3], vocab, seed=r) for r in range(rows)]
-        for sampler in samplers:
-            sampler.noise = lambda noise=noise: noise  # drawn already, as the pool draws it
         row_list, live = [Row()] * rows, list(range(rows))
         best = {}
         for name, native_pass in (("native", True), ("rows_alone", False)):
+            for sampler in samplers:  # drawn already, as the pool draws it
+                sampler.next_draw = lambda d=drawn[name]: d
             rounds = []
             for _ in range(5):
                 start = time.perf_counter()

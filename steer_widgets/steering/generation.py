@@ -450,7 +450,7 @@ class RowSampler:
             ticket = native.noise_start(out, self.gen)
             self._queued = None if ticket is None else (ticket, out)
 
-    def _drawn(self) -> Tensor:
+    def next_draw(self) -> Tensor:
         """The generator's next draw: the queued uniforms (float64), finished here, after
         ``prefetch``; else Exp(1) over the vocabulary (float32), drawn now."""
         if self._queued is None:
@@ -461,7 +461,7 @@ class RowSampler:
 
     def noise(self) -> Tensor:
         """The generator's next draw: Exp(1) over the vocabulary, ``exponential_``'s bits."""
-        drawn = self._drawn()
+        drawn = self.next_draw()
         return drawn if drawn.dtype == torch.float32 else native.exponential_of(drawn)
 
     def close(self) -> None:
@@ -474,7 +474,7 @@ class RowSampler:
         """What ``native.vocab_pass`` needs to choose this row's next token as ``next`` does:
         the temperature, the frequency penalty, the counts it raises, and the noise (the
         queued uniforms or Exp(1) values; None for a greedy row, which takes none)."""
-        noise = self._drawn() if self.draws else None
+        noise = self.next_draw() if self.draws else None
         return self.s.temperature, self.s.freq_penalty, self.counts, noise
 
     def next(self, logits: Tensor) -> int:
