@@ -100,3 +100,17 @@ def test_resuming_needs_the_residual(engine):
     runtime = engine.model.runtime
     with pytest.raises(ValueError, match="resid"):
         runtime.forward(torch.tensor([[1, 2, 3]]), start_at_layer=4)
+
+
+def test_a_shared_prefill_copies_the_positions_written_only(engine):
+    """The rest of a row is unwritten (it is read only after a step writes it): copying it
+    was most of a copy where the cache holds room for long answers."""
+    cache = engine.model.runtime.new_cache(2, 40)
+    for kv in (*cache.k, *cache.v):
+        kv[0].normal_(generator=torch.Generator().manual_seed(0))
+        kv[1].fill_(7.0)
+    cache.copy_row(0, 1, layers=3, positions=5)
+    for i, kv in enumerate((*cache.k, *cache.v)):
+        copied = i % len(cache.k) < 3
+        assert torch.equal(kv[1, :, :5], kv[0, :, :5]) == copied, i
+        assert bool((kv[1, :, 5:] == 7.0).all()), i

@@ -180,11 +180,14 @@ class KVCache(RowLengths):
     def capacity(self) -> int:
         return self.k[0].shape[2]
 
-    def copy_row(self, src: int, dst: int, layers: int | None = None) -> None:
+    def copy_row(
+        self, src: int, dst: int, layers: int | None = None, positions: int | None = None
+    ) -> None:
         """Row ``dst`` gets row ``src``'s keys and values, bit for bit, in every layer or in
-        the first ``layers`` (a shared prefill)."""
+        the first ``layers`` (a shared prefill), at every position or the first
+        ``positions`` (those written: the rest of a row is never read before it is written)."""
         for kv in (*self.k[:layers], *self.v[:layers]):
-            kv[dst].copy_(kv[src])
+            kv[dst, :, :positions].copy_(kv[src, :, :positions])
 
     def view(self, row: int) -> KVCache:
         """The cache of one row, sharing storage: prefill writes through it."""

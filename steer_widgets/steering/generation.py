@@ -346,7 +346,7 @@ def _prefill(
     for i, r in enumerate(members):
         q, depth = sources[i]
         if depth == n_layers:  # neither row intervenes: the same prefill
-            cache.copy_row(members[q], r)
+            cache.copy_row(members[q], r, positions=len(prompt))
             last[r] = last[members[q]]
         else:
             hooks = dict(rows[r].ops)
@@ -355,7 +355,7 @@ def _prefill(
                 hooks[name] = _recording(saved, (i, d), hooks.get(name))
             resume = {}
             if depth:
-                cache.copy_row(members[q], r, layers=depth)
+                cache.copy_row(members[q], r, layers=depth, positions=len(prompt))
                 resume = {"start_at_layer": depth, "resid": saved[(q, depth)]}
             out = model.forward(tokens, cache.view(r), hooks=hooks, last_only=True, **resume)
             last[r] = out[0, -1]
