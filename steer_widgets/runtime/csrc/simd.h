@@ -26,8 +26,10 @@ constexpr int kWideRows = 2;
 constexpr int kRows = 6, kTile = 4;  // 24 accumulators + 4 weight lines of 32 registers
 constexpr int kWide = 8;  // two rows: 16 accumulators + 8 weight lines
 // Above this many rows the quantized kernel dequantizes each column block once into a panel
-// for the float32 tiles; up to it, each group of kRows rows dequantizes in registers again.
-constexpr int64_t kPanelRows = 2 * kRows;
+// for the float32 tiles; up to it, each group of kRows rows dequantizes in registers again
+// (the panel's writes and reads cost more than dequantizing again up to about 4 groups:
+// docs/benchmarks.md).
+constexpr int64_t kPanelRows = 4 * kRows;
 struct Vec {
   __m512 v;
 };
