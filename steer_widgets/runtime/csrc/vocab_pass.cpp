@@ -2,7 +2,8 @@
 //
 // Per row the decoder needs the next token (the first argmax of the logits, or the draw
 // torch.multinomial makes: the first argmax of softmax(logits / T - penalty * counts) / noise,
-// noise one Exp(1) draw over the vocabulary) and its TokenProb (log_softmax of the logits: the
+// noise one Exp(1) draw over the vocabulary, given as its values or as the uniform draws they
+// are made of: draw_uniform) and its TokenProb (log_softmax of the logits: the
 // chosen token's value and the k most likely tokens). In Python that is a dozen torch calls a
 // row, one row after another. Here each row is one task on the pool, so the rows of a step run
 // side by side. The softmax and log_softmax are ATen's own, called on the row alone, as the
@@ -94,14 +95,19 @@ int64_t first_argmax(const float* v, int64_t n) {
   return 0;  // not reached: some element is NaN or the largest
 }
 
-// the first argmax of probs / noise (scratch holds the quotients), after torch.multinomial's
-// own checks of probs
-int64_t draw(const float* probs, const float* noise, float* scratch, int64_t n) {
+// torch.multinomial's own checks of probs, with its messages
+void check_distribution(const float* probs, int64_t n) {
   const Extremes e = extremes(probs, n);
   if (e.nan || e.min < 0.0f || e.max == std::numeric_limits<float>::infinity())
     throw std::runtime_error("probability tensor contains either `inf`, `nan` or element < 0");
   if (!(e.max > 0.0f))
     throw std::runtime_error("invalid multinomial distribution (sum of probabilities <= 0)");
+}
+
+// the first argmax of probs / noise (scratch holds the quotients), after torch.multinomial's
+// checks of probs
+int64_t draw(const float* probs, const float* noise, float* scratch, int64_t n) {
+  check_distribution(probs, n);
   for (int64_t i = 0; i < n; ++i) scratch[i] = probs[i] / noise[i];
   return first_argmax(scratch, n);
 }
@@ -124,11 +130,7 @@ typedef int64_t L4 __attribute__((vector_size(32)));
 // lower index), so the token is draw()'s on the Exp(1) values. Almost every token is passed
 // over in a vector comparison: a step costs the uniform draws and a scan, not 49k logarithms.
 int64_t draw_uniform(const float* probs, const double* u, int64_t n) {
-  const Extremes e = extremes(probs, n);
-  if (e.nan || e.min < 0.0f || e.max == std::numeric_limits<float>::infinity())
-    throw std::runtime_error("probability tensor contains either `inf`, `nan` or element < 0");
-  if (!(e.max > 0.0f))
-    throw std::runtime_error("invalid multinomial distribution (sum of probabilities <= 0)");
+  check_distribution(probs, n);
   int64_t at = first_argmax(probs, n);  // the most likely token's quotient to start from
   float best = probs[at] / exponential(u[at]);
   constexpr double kMargin = 1.0 - 0x1p-18;
