@@ -121,6 +121,10 @@ def other_calls(gen: torch.Generator, rng: random.Random) -> dict[str, Call]:
         noise = torch.empty(b, vocab).exponential_(1, generator=gen)
         temps = [rng.choice([0.0, 0.5, 1.0]) for _ in range(b)]
         calls[f"vocab_pass b{b} v{vocab}"] = lambda x=logits, n=noise, t=temps: _vocab_pass(x, n, t)
+        uniform = torch.rand(b, vocab, generator=gen, dtype=torch.float64)  # what decoding queues
+        calls[f"vocab_pass uniform b{b} v{vocab}"] = lambda x=logits, n=uniform, t=temps: (
+            _vocab_pass(x, n, t)
+        )
     return calls
 
 

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import pytest
 import torch
+from test_invariance import assert_ragged_step_rows_equal_rows_alone
 from test_shared_prefill import ROWS, _prefill
 from torch_threads import at_threads
 
 import steer_widgets as sw
 from steer_widgets.runtime import native
 from steer_widgets.runtime.model import load_model
-from steer_widgets.steering.generation import Row, RowSampler, Sampling
+from steer_widgets.steering.generation import Row, RowSampler, Sampling, sample_step
 
 THREADS = [1, 2, 4, 8]
 CHAT = [{"role": "user", "content": "Tell me about the ocean."}]
@@ -119,15 +120,19 @@ def test_shared_prefill_equals_rows_computed_whole(engine, case, threads, monkey
         assert torch.equal(cache.v[layer][:, :, :n], cache_whole.v[layer][:, :, :n]), layer
 
 
-def test_queued_noise_equals_exponential(threads):
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_queued_noise_equals_exponential(threads, dtype):
+    """float32: the Exp(1) values; float64: the uniform draws decoding queues, through
+    ``exponential_of``; and tokens drawn from queued noise, row by row and in the native pass."""
     sizes, vocab = [1, 513, 49152], 49152
-    outs = [torch.empty(n) for n in sizes]
+    outs = [torch.empty(n, dtype=dtype) for n in sizes]
     tickets = [native.noise_start(o, torch.Generator().manual_seed(s)) for s, o in enumerate(outs)]
     for i in reversed(range(len(sizes))):
         native.noise_finish(tickets[i])
     for s, (n, out) in enumerate(zip(sizes, outs, strict=True)):
         want = torch.empty(n).exponential_(1, generator=torch.Generator().manual_seed(s))
-        assert torch.equal(out, want), n
+        got = out if dtype == torch.float32 else native.exponential_of(out)
+        assert torch.equal(got, want), n
     logits = [torch.randn(vocab, generator=torch.Generator().manual_seed(i)) for i in range(6)]
     sampling = Sampling(temperature=0.7, freq_penalty=0.5, seed=16)
     with at_threads(1):
@@ -139,6 +144,17 @@ def test_queued_noise_equals_exponential(threads):
         queued.prefetch()
         got.append(queued.next(step))
     assert got == want
+    passed, rows = RowSampler(sampling, [5, 9], vocab), [Row()]
+    got = []
+    for step in logits:  # the native pass on the queued uniform draws, as decoding runs it
+        passed.prefetch()
+        got.append(sample_step([passed], rows, [0], step.unsqueeze(0))[0][0])
+    assert got == want
+
+
+def test_a_ragged_step_of_many_rows_equals_each_row_alone(engine, threads):
+    """More rows than the calibration measures, in one fused call a block."""
+    assert_ragged_step_rows_equal_rows_alone(engine.model.runtime, rows=40)
 
 
 def test_evaluate_rows_equal_solo_steers(engine, threads):
