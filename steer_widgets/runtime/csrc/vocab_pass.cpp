@@ -86,22 +86,24 @@ Extremes extremes(const float* v, int64_t n) {
   return {lo, hi, nan};
 }
 
-// the first index of the largest value (a NaN's, where there is one): numpy's and torch's
-// argmax, in two scans (the largest value, then its first index)
-int64_t first_argmax(const float* v, int64_t n) {
-  const Extremes e = extremes(v, n);
+// the first index of the largest value (a NaN's, where there is one), given v's extremes e
+int64_t first_at(const float* v, int64_t n, const Extremes& e) {
   for (int64_t i = 0; i < n; ++i)
     if (e.nan ? v[i] != v[i] : v[i] == e.max) return i;
   return 0;  // not reached: some element is NaN or the largest
 }
 
-// torch.multinomial's own checks of probs, with its messages
-void check_distribution(const float* probs, int64_t n) {
+// numpy's and torch's argmax, in two scans (the largest value, then its first index)
+int64_t first_argmax(const float* v, int64_t n) { return first_at(v, n, extremes(v, n)); }
+
+// torch.multinomial's own checks of probs, with its messages; probs' extremes
+Extremes check_distribution(const float* probs, int64_t n) {
   const Extremes e = extremes(probs, n);
   if (e.nan || e.min < 0.0f || e.max == std::numeric_limits<float>::infinity())
     throw std::runtime_error("probability tensor contains either `inf`, `nan` or element < 0");
   if (!(e.max > 0.0f))
     throw std::runtime_error("invalid multinomial distribution (sum of probabilities <= 0)");
+  return e;
 }
 
 // the first argmax of probs / noise (scratch holds the quotients), after torch.multinomial's
@@ -130,8 +132,8 @@ typedef int64_t L4 __attribute__((vector_size(32)));
 // lower index), so the token is draw()'s on the Exp(1) values. Almost every token is passed
 // over in a vector comparison: a step costs the uniform draws and a scan, not 49k logarithms.
 int64_t draw_uniform(const float* probs, const double* u, int64_t n) {
-  check_distribution(probs, n);
-  int64_t at = first_argmax(probs, n);  // the most likely token's quotient to start from
+  // the most likely token's quotient to start from
+  int64_t at = first_at(probs, n, check_distribution(probs, n));
   float best = probs[at] / exponential(u[at]);
   constexpr double kMargin = 1.0 - 0x1p-18;
   double bound = best * kMargin;  // NaN (a NaN quotient) or inf passes nothing over
