@@ -185,6 +185,19 @@ def wait_until(predicate, timeout: float, what: str) -> None:
         time.sleep(0.2)
 
 
+def hover_until_tip(page, tokens, tip, what: str) -> None:
+    """Hover the first of ``tokens`` until ``tip`` shows. A widget may redraw after its run
+    is done (the heatmap catches up beside the run), moving the tokens from under a still
+    pointer, so each try moves the pointer away and onto the token now first."""
+
+    def hovered() -> bool:
+        page.mouse.move(0, 0)
+        tokens.first.hover()
+        return tip.is_visible()
+
+    wait_until(hovered, 30, what)
+
+
 # Everything wrong with the explorer's layout, as a list of strings (empty = fine).
 LAYOUT_PROBLEMS = """() => {
   const root = document.querySelector('.sw-explorer');
@@ -355,16 +368,14 @@ def test_explorer_in_jupyterlab(lab, tmp_path):
             # hovering a heatmap token shows its value and top features inside the widget
             wait_until(lambda: state(page) == "done", 60, "done")
             toks = page.locator(".sw-heatmap .sw-row[data-label='STEERED'] .sw-tok")
-            toks.filter(has_text=re.compile(r"\w")).first.hover()
             tip = page.locator(".sw-heatmap .sw-tip")
-            wait_until(lambda: tip.is_visible(), 10, "hover tip")
+            hover_until_tip(page, toks.filter(has_text=re.compile(r"\w")), tip, "hover tip")
             assert "value" in tip.inner_text() and "top features" in tip.inner_text()
 
             # hovering a STEERED token shows its probability and the top alternatives
             words = page.locator(f"{STEERED} .sw-text span").filter(has_text=re.compile(r"\w"))
-            words.first.hover()
             prob_tip = page.locator(".sw-completions .sw-tip")
-            wait_until(lambda: prob_tip.is_visible(), 10, "probability tip")
+            hover_until_tip(page, words, prob_tip, "probability tip")
             shown = prob_tip.inner_text()
             assert re.search(r"probability \d+(\.\d+)?%", shown), shown
             assert "alternatives:" in shown and shown.count("%") >= 6, shown  # token + top 5

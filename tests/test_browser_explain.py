@@ -14,6 +14,7 @@ from test_browser import (
     SETUP,
     STEERED,
     chromium_present,
+    hover_until_tip,
     lab,
     notebook,
     steered_done,
@@ -38,13 +39,12 @@ def explain_a_token(page) -> None:
     page.locator(".sw-completions .sw-effect-toggle input").check()
     coloured = page.locator(f"{STEERED} .sw-text span[data-effect]")
     wait_until(lambda: coloured.count() > 0, 60, "effect colouring")
-    word = coloured.filter(has_text=re.compile(r"\w")).first
-    word.hover()
+    words = coloured.filter(has_text=re.compile(r"\w"))
     tip = page.locator(".sw-completions .sw-tip")
-    wait_until(lambda: tip.is_visible(), 10, "effect tip")
+    hover_until_tip(page, words, tip, "effect tip")
     assert re.search(r"steering (raised|lowered|left) this token", tip.inner_text())
 
-    word.click()
+    words.first.click()
     table = page.locator(".sw-completions .sw-attribution table")
     wait_until(lambda: table.count() > 0, 60, "attribution table")
     assert page.locator(".sw-att-row").count() == 1  # one steering row
