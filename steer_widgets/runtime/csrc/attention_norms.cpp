@@ -99,13 +99,11 @@ void attend_tile(const float* const* q, int n, const float* k, int64_t ks, const
   float total[kQueryTile];
   for (int p = 0; p < n; ++p) {
     float* wp = w + p * wn;
-    float top = -INFINITY;
-    for (int64_t l = lo[p]; l < hi[p]; ++l) top = std::max(top, wp[l]);
-    total[p] = 0.0f;
-    for (int64_t l = lo[p]; l < hi[p]; ++l) {
-      wp[l] = std::exp(wp[l] - top);
-      total[p] += wp[l];
-    }
+    const float top = max_of(wp + lo[p], hi[p] - lo[p]);
+    for (int64_t l = lo[p]; l < hi[p]; ++l) wp[l] = std::exp(wp[l] - top);
+    float sum = 0.0f;  // in key order; apart from the exp calls, which would spill it
+    for (int64_t l = lo[p]; l < hi[p]; ++l) sum += wp[l];
+    total[p] = sum;
   }
   Vec acc[kQueryTile][C];
   auto add = [&](int p, int64_t l, const Vec* vl) {

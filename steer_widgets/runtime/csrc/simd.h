@@ -112,4 +112,25 @@ inline void store(float* p, const Vec& v, int64_t n, const float* bias) {
 }
 #endif
 
+// The largest of x[0..n), NaNs skipped (std::max(top, x) in order: a NaN never wins), -inf
+// for n = 0. A maximum is exact whatever the order, so lanes give the serial loop's value
+// (up to a zero's sign, which no difference x - top can tell).
+inline float max_of(const float* x, int64_t n) {
+  float top = -std::numeric_limits<float>::infinity();
+  int64_t i = 0;
+#if defined(__AVX512F__)
+  __m512 lanes = _mm512_set1_ps(top);
+  for (; i + kBlock <= n; i += kBlock) lanes = _mm512_max_ps(_mm512_loadu_ps(x + i), lanes);
+  top = _mm512_reduce_max_ps(lanes);  // the second operand wins where the first is NaN
+#elif defined(__AVX2__)
+  __m256 lanes = _mm256_set1_ps(top);
+  for (; i + 8 <= n; i += 8) lanes = _mm256_max_ps(_mm256_loadu_ps(x + i), lanes);
+  alignas(32) float part[8];
+  _mm256_store_ps(part, lanes);
+  for (float v : part) top = std::max(top, v);
+#endif
+  for (; i < n; ++i) top = std::max(top, x[i]);
+  return top;
+}
+
 }  // namespace sw
