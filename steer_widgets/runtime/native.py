@@ -6,7 +6,8 @@ the other rows: batch invariance by construction, with one pass over the weights
 row. Its files, one idea each: ``pool`` (the thread pool every kernel splits its work over),
 ``noise_queue`` (sampling noise the pool's idle workers draw), ``simd.h`` and
 ``float_tiles.h`` (the 16-float line and the float32 tiles), ``float_linear``,
-``quant_linear`` (GGUF blocks), ``attention_norms`` (RMSNorm, rotary, causal attention), all
+``quant_linear`` (GGUF blocks), ``attention_norms`` (RMSNorm, rotary, causal attention),
+``exp_lanes`` (attention's exps in lanes, with one ``std::exp``'s bits each), all
 torch-free behind ``kernels.h``; ``vocab_pass`` (a decode step's sampling and log-probabilities,
 every row at once, on ATen's softmax); ``ops.cpp`` binds them to tensors as
 ``torch.ops.steer_widgets.*``. It is built with ``-O3 -march=native``

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "exp_lanes.h"
 #include "kernels.h"
 #include "pool.h"
 #include "simd.h"
@@ -100,7 +101,8 @@ void attend_tile(const float* const* q, int n, const float* k, int64_t ks, const
   for (int p = 0; p < n; ++p) {
     float* wp = w + p * wn;
     const float top = max_of(wp + lo[p], hi[p] - lo[p]);
-    for (int64_t l = lo[p]; l < hi[p]; ++l) wp[l] = std::exp(wp[l] - top);
+    for (int64_t l = lo[p]; l < hi[p]; ++l) wp[l] -= top;
+    exps(wp + lo[p], hi[p] - lo[p]);
     float sum = 0.0f;  // in key order; apart from the exp calls, which would spill it
     for (int64_t l = lo[p]; l < hi[p]; ++l) sum += wp[l];
     total[p] = sum;
