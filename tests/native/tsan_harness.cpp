@@ -8,7 +8,8 @@
 // caller uses the pool at a time) and noise jobs are queued for the idle workers. Noise jobs
 // draw an order-dependent sequence (each element a step of one generator), so a chunk drawn out of
 // order or twice shows. Before all that, on the fresh pool, chunks that throw (throwing_chunk)
-// and a noise draw that throws on a worker (throwing_draw).
+// and a noise draw that throws on a worker (throwing_draw); after it, attention's exp check
+// (exp_lanes.h) with its pieces on 2 to 16 threads.
 // Prints "ok <calls>" and exits 0, or names the first mismatch and exits 1; ThreadSanitizer
 // itself reports races on stderr (and exits 66 with TSAN_OPTIONS=exitcode=66).
 #include <algorithm>
@@ -25,6 +26,7 @@
 #include <thread>
 #include <vector>
 
+#include "exp_lanes.h"
 #include "kernels.h"
 #include "noise_queue.h"
 #include "pool.h"
@@ -367,6 +369,16 @@ int main(int argc, char** argv) {
           }
       }
       ++calls;
+    }
+  }
+  // attention's exp check, its pieces on the pool: the same counts at every thread count
+  for (int64_t threads : {2, 4, 8, 16}) {
+    const sw::ExpMismatches bad = sw::exp_mismatches(int64_t{1} << 15, threads);
+    ++calls;
+    if (bad.algorithm) {
+      std::fprintf(stderr, "wrong: %lld exps at %lld threads\n",
+                   static_cast<long long>(bad.algorithm), static_cast<long long>(threads));
+      ++wrong;
     }
   }
   // jobs finished (or cancelled) while the workers draw them: a worker may still hold a job

@@ -33,16 +33,13 @@ constexpr double kC2 = 0x1.62e42ff0c52d6p-6;
 // kZero (and -inf) zero
 constexpr float kLow = -0x1.9d1d9ep6f, kZero = -0x1.9fe368p6f;
 
-double as_double(uint64_t bits) {
-  double d;
-  std::memcpy(&d, &bits, sizeof d);
-  return d;
-}
-
-uint64_t bits_of(double d) {
-  uint64_t bits;
-  std::memcpy(&bits, &d, sizeof bits);
-  return bits;
+// the bits of `from` as a To of the same size (C++20's std::bit_cast)
+template <typename To, typename From>
+To bit_cast(const From& from) {
+  static_assert(sizeof(To) == sizeof(From));
+  To to;
+  std::memcpy(&to, &from, sizeof to);
+  return to;
 }
 
 // glibc's expf of one x <= 0, or NaN
@@ -53,11 +50,11 @@ float exp_one(float x) {
   if (x < kLow) return 0x1.4p-75f * 0x1.4p-75f;  // rounds to the least subnormal
   const double xd = x;
   double kd = std::fma(kInvLn2N, xd, kShift);
-  const uint64_t ki = bits_of(kd);
+  const auto ki = bit_cast<uint64_t>(kd);
   kd -= kShift;
   const double r = std::fma(kInvLn2N, xd, -kd);
   const double z = std::fma(r, kC0, kC1);
-  const double s = as_double(kTable[ki % 32] + (ki << 47));
+  const auto s = bit_cast<double>(kTable[ki % 32] + (ki << 47));
   const double r2 = r * r;
   double y = std::fma(r, kC2, 1.0);
   y = std::fma(z, r2, y);
@@ -96,27 +93,23 @@ inline bool in_range8(__m256 xf) {
 }
 #endif
 
-float from_bits(uint32_t b) {
-  float f;
-  std::memcpy(&f, &b, sizeof f);
-  return f;
-}
+bool same_bits(float a, float b) { return bit_cast<uint32_t>(a) == bit_cast<uint32_t>(b); }
 
-bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
-
-// exps() against exp_one (or std::exp) of `count` floats from bit pattern `first` on,
+// exps() against exp_one and std::exp of `count` floats from bit pattern `first` on,
 // `stride` apart
-int64_t mismatches_in(uint32_t first, int64_t count, int64_t stride, bool libm) {
+ExpMismatches mismatches_in(uint32_t first, int64_t count, int64_t stride) {
   constexpr int64_t kChunk = 1024;
   float in[kChunk], out[kChunk];
-  int64_t bad = 0;
+  ExpMismatches bad;
   for (int64_t done = 0; done < count; done += kChunk) {
     const int64_t m = std::min<int64_t>(kChunk, count - done);
     for (int64_t j = 0; j < m; ++j)
-      in[j] = out[j] = from_bits(first + static_cast<uint32_t>((done + j) * stride));
+      in[j] = out[j] = bit_cast<float>(first + static_cast<uint32_t>((done + j) * stride));
     exps(out, m);
-    for (int64_t j = 0; j < m; ++j)
-      bad += !same_bits(out[j], libm ? std::exp(in[j]) : exp_one(in[j]));
+    for (int64_t j = 0; j < m; ++j) {
+      bad.algorithm += !same_bits(out[j], exp_one(in[j]));
+      bad.libm += !same_bits(out[j], std::exp(in[j]));
+    }
   }
   return bad;
 }
@@ -137,22 +130,25 @@ void exps(float* x, int64_t n) {
   for (; i < n; ++i) x[i] = exp_one(x[i]);
 }
 
-int64_t exp_mismatches(int64_t stride, bool libm, int64_t threads) {
-  float nan = std::numeric_limits<float>::quiet_NaN(), got = nan;
+ExpMismatches exp_mismatches(int64_t stride, int64_t threads) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  float got = nan;
   exps(&got, 1);
-  const int64_t bad = !same_bits(got, libm ? std::exp(nan) : exp_one(nan));
   // 0x80000000 (-0) to 0xff800000 (-inf): the non-positive floats, in pieces on the pool
   const int64_t count = int64_t{0x7f800000} / stride + 1;
-  constexpr int64_t kPiece = 1 << 16;
-  std::atomic<int64_t> found{0};
+  constexpr int64_t kPiece = 1 << 12;  // floats a task: the harness's 2^16 make 16 tasks
+  std::atomic<int64_t> algorithm{!same_bits(got, exp_one(nan))};
+  std::atomic<int64_t> libm{!same_bits(got, std::exp(nan))};
   parallel_for(threads, 0, (count + kPiece - 1) / kPiece, 1, [&](int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; ++p) {
       const int64_t from = p * kPiece;
       const uint32_t first = 0x80000000u + static_cast<uint32_t>(from * stride);
-      found += mismatches_in(first, std::min(kPiece, count - from), stride, libm);
+      const ExpMismatches bad = mismatches_in(first, std::min(kPiece, count - from), stride);
+      algorithm += bad.algorithm;
+      libm += bad.libm;
     }
   });
-  return bad + found.load();
+  return {algorithm.load(), libm.load()};
 }
 
 }  // namespace sw

@@ -15,7 +15,10 @@ void exps(float* x, int64_t n);
 
 // Of the non-positive floats whose bit pattern is a multiple of `stride` (1: every one of
 // about 2^31, -0 to -inf), and NaN, how many get other bits from exps() than from the same
-// algorithm a float at a time (`libm`: than from std::exp).
-int64_t exp_mismatches(int64_t stride, bool libm, int64_t threads);
+// algorithm a float at a time, and than from std::exp: one pass for both.
+struct ExpMismatches {
+  int64_t algorithm = 0, libm = 0;
+};
+ExpMismatches exp_mismatches(int64_t stride, int64_t threads);
 
 }  // namespace sw

@@ -365,11 +365,12 @@ at::Tensor exponential_of(const at::Tensor& u) {
 }
 
 // How many non-positive floats `stride` bit patterns apart (1: every one) get other bits
-// from attention's exps in lanes than from the same algorithm a float at a time (`libm`:
-// than from std::exp): exp_lanes.h.
-int64_t exp_mismatches(int64_t stride, bool libm) {
+// from attention's exps in lanes than from the same algorithm a float at a time, and than
+// from std::exp (exp_lanes.h): [algorithm, libm].
+std::vector<int64_t> exp_mismatches(int64_t stride) {
   TORCH_CHECK(stride >= 1, "stride must be at least 1");
-  return sw::exp_mismatches(stride, libm, threads_for_kernels());
+  const sw::ExpMismatches bad = sw::exp_mismatches(stride, threads_for_kernels());
+  return {bad.algorithm, bad.libm};
 }
 
 // The pool's worker threads started so far.
@@ -454,7 +455,7 @@ TORCH_LIBRARY(steer_widgets, m) {
   m.def("kernel_threads() -> int", &kernel_thread_count);
   m.def("pool_workers() -> int", &pool_workers);
   m.def("exponential_of(Tensor u) -> Tensor", &exponential_of);
-  m.def("exp_mismatches(int stride, bool libm) -> int", &exp_mismatches);
+  m.def("exp_mismatches(int stride) -> int[]", &exp_mismatches);
   m.def("noise_start(Tensor out, Generator? gen) -> int", &noise_start);
   m.def("noise_finish(int ticket) -> ()", &noise_finish);
   m.def("noise_cancel(int ticket) -> ()", &noise_cancel);
