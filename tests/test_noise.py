@@ -45,6 +45,27 @@ def test_queued_draws_equal_exponential_on_the_generator(threads, dtype, two_thr
         assert torch.equal(gen.get_state(), ref_gen.get_state()), n
 
 
+def test_uniform_draws_continue_a_generator_from_any_point_of_its_state(two_threads):
+    """The float64 draws (the kernel's own Mersenne Twister over whole arrays) from a
+    generator part-way through its 624 words: after an odd number of words (float32 uniform_
+    takes one a draw), one short of a twist, at it and past it; lengths that end inside a
+    twist's words. Each equals torch's uniform_ and leaves the generator where it does."""
+    for seed in range(3):
+        for used in (1, 311, 623, 624, 1000):
+            for n in (1, 312, 513, 4099):
+                ours, torchs = (
+                    torch.Generator().manual_seed(seed),
+                    torch.Generator().manual_seed(seed),
+                )
+                for gen in (ours, torchs):
+                    torch.empty(used).uniform_(generator=gen)
+                out = torch.empty(n, dtype=torch.float64)
+                native.noise_finish(native.noise_start(out, ours))
+                ref = torch.empty(n, dtype=torch.float64).uniform_(generator=torchs)
+                assert torch.equal(out, ref), (seed, used, n)
+                assert torch.equal(ours.get_state(), torchs.get_state()), (seed, used, n)
+
+
 def test_a_cancelled_draw_is_dropped_and_unknown_tickets_are_named(two_threads):
     gen = torch.Generator().manual_seed(1)
     ticket = native.noise_start(torch.empty(49152), gen)

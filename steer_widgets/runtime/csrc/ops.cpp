@@ -2,6 +2,7 @@
 // Each op checks its tensors (a named error before any work), then calls the pointer-level
 // kernel with the calling thread's kernel thread count. Plain ATen and the op registry, no
 // Python headers: that keeps the one-time build short.
+#include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/Generator.h>
 #include <ATen/core/Tensor.h>
@@ -13,6 +14,7 @@
 #include <torch/library.h>
 
 #include <cstring>
+#include <mutex>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -23,6 +25,7 @@
 
 #include "exp_lanes.h"
 #include "kernels.h"
+#include "mt_uniform.h"
 #include "noise_queue.h"
 #include "pool.h"
 #include "simd.h"
@@ -291,14 +294,27 @@ at::Tensor ragged_attention(const at::Tensor& q, at::Tensor& k, at::Tensor& v,
   return y;
 }
 
+// n of gen's uniform draws, torch's uniform_(0, 1) bits (mt_uniform.h), under gen's lock as
+// torch draws
+void uniform_draws(at::Generator& gen, double* out, int64_t n) {
+  auto* impl = at::check_generator<at::CPUGeneratorImpl>(gen);
+  std::lock_guard<std::mutex> lock(impl->mutex_);
+  at::mt19937 engine = impl->engine();
+  at::mt19937_data_pod data = engine.data();
+  sw::mt_uniform(data.state_.data(), data.left_, data.next_, out, n);
+  engine.set_data(data);
+  impl->set_engine(engine);
+}
+
 // Fills out (1-D, contiguous) with gen's next draws on the pool's workers while they are
 // idle: float32, the Exp(1) draws out.exponential_(1, gen) makes; float64, the uniform draws
 // in [0, 1) those are made of (exponential_ turns each into -log1p(-u), which vocab_pass then
 // computes only where a token can win: exponential_of). Returns a ticket for noise_finish
 // (which completes the draw on the calling thread) or noise_cancel. Until then nothing else
-// may draw from gen. Each chunk is torch's own exponential_ or uniform_ on a slice: both draw
-// the generator's values element by element, one 64-bit draw each, so the chunks in order
-// give the bits of one call over the whole tensor.
+// may draw from gen. Each chunk is torch's own exponential_ on a slice, or the uniform_
+// draws uniform_draws makes as torch does: both take the generator's values element by
+// element, one 64-bit draw each, so the chunks in order give the bits of one call over the
+// whole tensor.
 int64_t noise_start(const at::Tensor& out, const std::optional<at::Generator>& gen) {
   const bool uniform = out.scalar_type() == at::kDouble;
   TORCH_CHECK(out.dim() == 1 && out.is_contiguous() && out.device().is_cpu() &&
@@ -306,11 +322,9 @@ int64_t noise_start(const at::Tensor& out, const std::optional<at::Generator>& g
               "out must be a contiguous 1-D float32 or float64 CPU tensor");
   TORCH_CHECK(gen.has_value() && gen->device().is_cpu(), "a CPU generator is needed");
   auto draw = [out, g = *gen, uniform](int64_t begin, int64_t end) mutable {
+    if (uniform) return uniform_draws(g, out.data_ptr<double>() + begin, end - begin);
     c10::InferenceMode guard;  // the tensor may have been made in inference mode
-    if (uniform)
-      out.slice(0, begin, end).uniform_(0.0, 1.0, g);
-    else
-      out.slice(0, begin, end).exponential_(1.0, g);
+    out.slice(0, begin, end).exponential_(1.0, g);
   };
   const int64_t ticket = sw::NoiseQueue::get().submit(out.numel(), std::move(draw));
   sw::pool_nudge(threads_for_kernels());
