@@ -7,12 +7,14 @@
 // at one thread, while a second caller thread makes calls of its own (it runs them alone: one
 // caller uses the pool at a time) and noise jobs are queued for the idle workers. Noise jobs
 // draw an order-dependent sequence (each element a step of one generator), so a chunk drawn out of
-// order or twice shows. Before all that, on the fresh pool, chunks that throw (throwing_chunk)
+// order or twice shows; one a round draws as the queue's float64 draws do (mt_uniform.h) and
+// must equal one call over its whole length. Before all that, on the fresh pool, chunks that throw (throwing_chunk)
 // and a noise draw that throws on a worker (throwing_draw); after it, attention's exp check
 // (exp_lanes.h) with its pieces on 2 to 16 threads.
 // Prints "ok <calls>" and exits 0, or names the first mismatch and exits 1; ThreadSanitizer
 // itself reports races on stderr (and exits 66 with TSAN_OPTIONS=exitcode=66).
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
@@ -28,6 +30,7 @@
 
 #include "exp_lanes.h"
 #include "kernels.h"
+#include "mt_uniform.h"
 #include "noise_queue.h"
 #include "pool.h"
 
@@ -184,6 +187,19 @@ struct Sequence {
     return static_cast<float>(state >> 40);
   }
   uint64_t state;
+};
+
+// The queue's float64 draws (ops.cpp's uniform_draws): csrc/mt_uniform.cpp advancing one
+// Twister state, chunk by chunk on whichever thread; in order, they are one call's draws.
+struct Twister {
+  explicit Twister(uint64_t seed) {
+    Sequence words(seed);
+    for (auto& w : state) w = static_cast<uint32_t>(words.next());
+  }
+  void draw(double* out, int64_t n) { sw::mt_uniform(state.data(), left, next, out, n); }
+  std::array<uint32_t, sw::kMtWords> state{};
+  int left = 1;  // a fresh state: the first draw twists
+  uint32_t next = 0;
 };
 
 // A chunk that throws. On the caller's thread: the call must not return while a worker still
@@ -344,6 +360,12 @@ int main(int argc, char** argv) {
               for (int64_t i = b; i < e; ++i) out[i] = gen->next();
             }));
       }
+      const uint64_t twister_seed = rng();
+      Twister twister(twister_seed);
+      std::vector<double> uniforms(1 + rng() % 3000);
+      const int64_t twister_ticket = sw::NoiseQueue::get().submit(
+          static_cast<int64_t>(uniforms.size()),
+          [&](int64_t b, int64_t e) { twister.draw(uniforms.data() + b, e - b); });
       sw::pool_nudge(threads);
       std::vector<float> y;
       for (size_t i = 0; i < cases.size(); ++i) {
@@ -356,6 +378,14 @@ int main(int argc, char** argv) {
                        static_cast<long long>(threads));
           ++wrong;
         }
+      }
+      if (!sw::NoiseQueue::get().finish(twister_ticket)) ++wrong;
+      std::vector<double> whole(uniforms.size());
+      Twister(twister_seed).draw(whole.data(), static_cast<int64_t>(whole.size()));
+      if (std::memcmp(whole.data(), uniforms.data(), whole.size() * sizeof(double))) {
+        std::fprintf(stderr, "wrong: queued uniform draws at %lld threads\n",
+                     static_cast<long long>(threads));
+        ++wrong;
       }
       for (int j = jobs - 1; j >= 0; --j) {  // finished in another order than queued
         if (!sw::NoiseQueue::get().finish(tickets[j])) ++wrong;
