@@ -7,10 +7,11 @@
 // at one thread, while a second caller thread makes calls of its own (it runs them alone: one
 // caller uses the pool at a time) and noise jobs are queued for the idle workers. Noise jobs
 // draw an order-dependent sequence (each element a step of one generator), so a chunk drawn out of
-// order or twice shows; one a round draws as the queue's float64 draws do (mt_uniform.h) and
-// must equal one call over its whole length. Before all that, on the fresh pool, chunks that throw (throwing_chunk)
-// and a noise draw that throws on a worker (throwing_draw); after it, attention's exp check
-// (exp_lanes.h) with its pieces on 2 to 16 threads.
+// order or twice shows; one a round draws as the queue's float64 draws do (mt_uniform.h), in
+// chunks of its own size, and must equal one call over its whole length. Before all that, on
+// the fresh pool, chunks that throw (throwing_chunk) and a noise draw that throws on a worker
+// (throwing_draw); after it, attention's exp check (exp_lanes.h) with its pieces on 2 to 16
+// threads.
 // Prints "ok <calls>" and exits 0, or names the first mismatch and exits 1; ThreadSanitizer
 // itself reports races on stderr (and exits 66 with TSAN_OPTIONS=exitcode=66).
 #include <algorithm>
@@ -365,7 +366,8 @@ int main(int argc, char** argv) {
       std::vector<double> uniforms(1 + rng() % 3000);
       const int64_t twister_ticket = sw::NoiseQueue::get().submit(
           static_cast<int64_t>(uniforms.size()),
-          [&](int64_t b, int64_t e) { twister.draw(uniforms.data() + b, e - b); });
+          [&](int64_t b, int64_t e) { twister.draw(uniforms.data() + b, e - b); },
+          1 + static_cast<int64_t>(rng() % 700));  // chunks of their own size, twists inside
       sw::pool_nudge(threads);
       std::vector<float> y;
       for (size_t i = 0; i < cases.size(); ++i) {

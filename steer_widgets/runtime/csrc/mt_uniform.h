@@ -5,7 +5,8 @@
 // first as the high half of a 64-bit value, whose low 53 bits times 2^-53 are the draw. This
 // makes the same outputs from the same state and leaves the state where torch's would, but
 // twists and tempers many words at a time: a decode step draws one per vocabulary entry for
-// every sampling row, and torch's one-at-a-time loop took 260 us a row (2026-12-05).
+// every sampling row, which torch's one-at-a-time loop made a serial cost of each extra row
+// (docs/benchmarks.md).
 #pragma once
 
 #include <cstdint>

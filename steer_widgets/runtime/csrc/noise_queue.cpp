@@ -11,7 +11,7 @@
 namespace sw {
 
 struct NoiseQueue::Job {
-  Job(int64_t size, Draw d) : n(size), draw(std::move(d)) {}
+  Job(int64_t size, Draw d, int64_t c) : n(size), chunk(c), draw(std::move(d)) {}
 
   // one more chunk (block: after the one another thread is drawing); false once none is left.
   // A chunk that throws ends the job and keeps the exception for finish: on a worker it would
@@ -24,7 +24,7 @@ struct NoiseQueue::Job {
       return false;
     }
     if (next >= n) return false;
-    const int64_t end = std::min(n, next + kChunk);
+    const int64_t end = std::min(n, next + chunk);
     try {
       draw(next, end);
       next = end;
@@ -59,6 +59,7 @@ struct NoiseQueue::Job {
   }
 
   const int64_t n;
+  const int64_t chunk;  // draws a step takes
   Draw draw;  // under m; empty once released
   int64_t next = 0;  // draws made, under m
   std::exception_ptr error;  // a chunk's, under m; rethrown by finish
@@ -81,8 +82,8 @@ NoiseQueue& NoiseQueue::get() {
   return *instance();
 }
 
-int64_t NoiseQueue::submit(int64_t n, Draw draw) {
-  auto job = std::make_shared<Job>(n, std::move(draw));
+int64_t NoiseQueue::submit(int64_t n, Draw draw, int64_t chunk) {
+  auto job = std::make_shared<Job>(n, std::move(draw), std::max<int64_t>(chunk, 1));
   std::lock_guard<std::mutex> lock(m_);
   const int64_t ticket = next_ticket_++;
   jobs_.emplace(ticket, job);

@@ -26,8 +26,8 @@ class NoiseQueue {
 
   static NoiseQueue& get();  // never destroyed; a forked child starts with no jobs
 
-  // a job of n draws; its ticket for finish or cancel
-  int64_t submit(int64_t n, Draw draw);
+  // a job of n draws, drawn chunk draws at a time; its ticket for finish or cancel
+  int64_t submit(int64_t n, Draw draw, int64_t chunk = kChunk);
 
   // the job's remaining chunks drawn on the calling thread (after a chunk another thread is
   // drawing), then forgotten; false for an unknown ticket (finished, cancelled, or begun in
@@ -44,7 +44,9 @@ class NoiseQueue {
   // whether any job has draws left
   bool pending() const { return open_.load(std::memory_order_acquire) > 0; }
 
-  static constexpr int64_t kChunk = 512;  // draws per chunk: ~20 us, the most a kernel call waits
+  // draws per chunk of torch's exponential_: ~20 us, the most a kernel call waits; a job of
+  // cheaper draws takes more at a time, each chunk paying the call and the generator's state
+  static constexpr int64_t kChunk = 512;
 
  private:
   struct Job;

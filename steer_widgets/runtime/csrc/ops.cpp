@@ -326,7 +326,11 @@ int64_t noise_start(const at::Tensor& out, const std::optional<at::Generator>& g
     c10::InferenceMode guard;  // the tensor may have been made in inference mode
     out.slice(0, begin, end).exponential_(1.0, g);
   };
-  const int64_t ticket = sw::NoiseQueue::get().submit(out.numel(), std::move(draw));
+  // mt_uniform's draws cost a small fraction of exponential_'s (docs/benchmarks.md): more of
+  // them fit the wait a chunk may cost a kernel call
+  constexpr int64_t kUniformChunk = 8192;
+  const int64_t chunk = uniform ? kUniformChunk : sw::NoiseQueue::kChunk;
+  const int64_t ticket = sw::NoiseQueue::get().submit(out.numel(), std::move(draw), chunk);
   sw::pool_nudge(threads_for_kernels());
   return ticket;
 }
