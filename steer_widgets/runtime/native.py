@@ -4,7 +4,8 @@
 multiply-add chain per output element in a fixed order, so a row's result cannot depend on
 the other rows: batch invariance by construction, with one pass over the weights for every
 row. Its files, one idea each: ``pool`` (the thread pool every kernel splits its work over),
-``noise_queue`` (sampling noise the pool's idle workers draw), ``simd.h`` and
+``noise_queue`` (sampling noise the pool's idle workers draw), ``mt_uniform`` (its float64
+draws: torch's Mersenne Twister, many words at a time), ``simd.h`` and
 ``float_tiles.h`` (the 16-float line and the float32 tiles), ``float_linear``,
 ``quant_linear`` (GGUF blocks), ``attention_norms`` (RMSNorm, rotary, causal attention),
 ``exp_lanes`` (attention's exps in lanes, with one ``std::exp``'s bits each), all
