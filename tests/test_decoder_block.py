@@ -118,3 +118,39 @@ def test_hooks_at_a_blocks_ends_keep_it_fused_with_the_same_bits(engine):
     unsteered, _ = _run(runtime, {})
     for a, b, c in zip(fused, plain, unsteered, strict=True):
         assert torch.equal(a, b) and not torch.equal(a, c)
+
+
+def test_a_bad_block_call_is_refused_before_the_cache_changes(engine):
+    """The call's checks come before any write: a ragged step naming one cache row twice or a
+    position past the cache, or a product that does not fit the block, raises a message
+    naming it and leaves the cache as it was."""
+    runtime = engine.model.runtime
+    captured = []
+    block = runtime._decoder_block
+
+    def capture(*args):
+        captured.append((args, block(*args)))
+        return captured[-1][1]
+
+    _, cache = _ragged(runtime, {})  # fills every row to its length
+    cache.lengths = [40, 47, 54, 61]
+    runtime._decoder_block = capture
+    try:
+        runtime.forward(torch.tensor([[7], [8], [9], [10]]), cache, rows=[0, 1, 2, 3])
+    finally:
+        runtime._decoder_block = block
+    args, out = list(captured[3][0]), captured[3][1]
+    k, v = args[10].clone(), args[11].clone()
+    starts = args[-1]
+    bad = {
+        "appears twice": (-2, torch.tensor([0, 1, 0, 3])),
+        "outside k": (-1, starts.clone().fill_(70)),
+        "product 1 has": (6, [args[6][0], args[6][1] + 16, *args[6][2:]]),
+    }
+    for message, (at, value) in bad.items():
+        call = list(args)
+        call[at] = value
+        with pytest.raises(RuntimeError, match=message):
+            block(*call)
+        assert torch.equal(args[10], k) and torch.equal(args[11], v), message
+    assert torch.equal(block(*args), out)  # the same call again: the same step, still usable

@@ -8,7 +8,8 @@ row. Its files, one idea each: ``pool`` (the thread pool every kernel splits its
 draws: torch's Mersenne Twister, many words at a time), ``simd.h`` and
 ``float_tiles.h`` (the 16-float line and the float32 tiles), ``float_linear``,
 ``quant_linear`` (GGUF blocks), ``attention_norms`` (RMSNorm, rotary, causal attention),
-``exp_lanes`` (attention's exps in lanes, with one ``std::exp``'s bits each), all
+``exp_lanes`` (attention's exps in lanes, with one ``std::exp``'s bits each),
+``decoder_block`` (a whole pre-norm block on pointers, its intermediates in one workspace), all
 torch-free behind ``kernels.h``; ``vocab_pass`` (a decode step's sampling and log-probabilities,
 every row at once, on ATen's softmax); ``ops.cpp`` binds them to tensors as
 ``torch.ops.steer_widgets.*``. It is built with ``-O3 -march=native``

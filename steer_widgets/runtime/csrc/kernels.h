@@ -96,4 +96,37 @@ struct AttentionShape {
 void causal_attention(const float* q, const float* k, const float* v, float* y,
                       const AttentionShape& s, float scale, int64_t threads);
 
+// One pre-norm block with rotary attention and a gated MLP (Llama's, Mistral's, Qwen2's) for
+// x [B, T, d] (contiguous), op for op and in the order of transformer.py's _ops_block, so its
+// bits: RMSNorm, the fused q, k, v product, rotary on the q and k heads, the new keys and
+// values written to the cache, causal attention, the output product and residual, RMSNorm, the
+// gate-and-up product, gated(gate, up) (the activation, the caller's: torch's SiLU bits come
+// from torch), the down product and residual, into out [B, T, d].
+struct BlockProduct {
+  const void* packed;  // float32 blocks (kind 0), GGUF blocks (1), or int8_linear's (2)
+  int64_t kind, qtype, n_out;
+  const float* bias;  // [n_out] or nullptr
+};
+// out [M, F] = act(gate_up[:, :F]) * gate_up[:, F:] for gate_up [M, 2F]
+using GatedFn = void (*)(const float* gate_up, float* out, int64_t M, int64_t F, void* ctx);
+struct BlockArgs {
+  const float* x;
+  int64_t B, T, d;
+  const float *attn_norm, *mlp_norm;
+  float eps;
+  BlockProduct products[4];  // wqkv, wo, w_gate_up, w_down
+  GatedFn gated;
+  void* gated_ctx;
+  const float *cos, *sin;  // [T, R], or [B, T, R] with cos_stride = T * R (a ragged step)
+  int64_t cos_stride, R;
+  int64_t H, Hkv, D;  // query heads, key and value heads, head size
+  float *cache_k, *cache_v;  // [N, Hkv, L, D], each position's D contiguous
+  int64_t ks[3], vs[3], L;  // their first three strides and their length
+  int64_t start, window;   // every row continues its cache row b at start ...
+  const int64_t* rows = nullptr;    // ... or row b of x is at starts[b] of cache row rows[b]
+  const int64_t* starts = nullptr;  // (T = 1, a ragged step)
+  float scale;
+};
+void decoder_block(const BlockArgs& args, float* out, int64_t threads);
+
 }  // namespace sw

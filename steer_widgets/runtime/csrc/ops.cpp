@@ -394,21 +394,24 @@ std::vector<int64_t> exp_mismatches(int64_t stride) {
 // The pool's worker threads started so far.
 int64_t pool_workers() { return sw::pool_workers(); }
 
-// A product of decoder_block: the packed weight by its kind (0: float32 blocks, rowwise_linear;
-// 1: GGUF blocks, quant_linear; 2: GGUF blocks times int8 activations, int8_linear)
-at::Tensor block_product(const at::Tensor& x, const at::Tensor& packed, int64_t kind,
-                         int64_t qtype, int64_t n_out, const std::optional<at::Tensor>& bias) {
-  if (kind == 0) return linear(x, packed, n_out, bias);
-  return quant_product(kind == 1 ? sw::quant_linear : sw::int8_linear, x, packed, n_out, qtype,
-                       bias);
+// out [M, F] = silu(gate) * up for gate_up [M, 2F] (sw::GatedFn): torch's SiLU, for its bits
+void silu_gated(const float* gate_up, float* out, int64_t M, int64_t F, void*) {
+  const auto options = at::TensorOptions().dtype(at::kFloat);
+  const at::Tensor gate = at::from_blob(const_cast<float*>(gate_up), {M, F}, {2 * F, 1}, options);
+  at::Tensor act = at::from_blob(out, {M, F}, options);
+  at::silu_out(act, gate);
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t f = 0; f < F; ++f) out[m * F + f] *= gate_up[m * 2 * F + F + f];
 }
 
 // One pre-norm block with rotary attention and a gated SiLU MLP (Llama's, Mistral's, Qwen2's)
-// for x [B, T, d] continuing every row of the cache at `start`: transformer.py's _ops_block, op
-// for op and in its order (so its bits), with no Python between the ops. A decode step is
-// otherwise about 25 small calls a block. products: wqkv, wo, w_gate_up, w_down, each as
-// block_product reads them; cos and sin [T, R] at these positions.
-at::Tensor decoder_block(const at::Tensor& x, const at::Tensor& attn_norm,
+// for x [B, T, d] continuing every row of the cache at `start` (or, with rows and starts, a
+// ragged step: row b at position starts[b] of cache row rows[b]): transformer.py's _ops_block,
+// op for op and in its order (so its bits), with no Python between the ops (sw::decoder_block).
+// products: wqkv, wo, w_gate_up, w_down, each a packed weight of its kind (0: float32 blocks,
+// rowwise_linear's; 1: GGUF blocks, quant_linear's; 2: int8_linear's); cos and sin [T, R] at
+// these positions, or [B, T, R]. Every argument is checked before anything is written.
+at::Tensor decoder_block(const at::Tensor& x_in, const at::Tensor& attn_norm,
                          const at::Tensor& mlp_norm, at::TensorList packed,
                          c10::ArrayRef<int64_t> kinds, c10::ArrayRef<int64_t> qtypes,
                          c10::ArrayRef<int64_t> n_out,
@@ -421,33 +424,87 @@ at::Tensor decoder_block(const at::Tensor& x, const at::Tensor& attn_norm,
   TORCH_CHECK(packed.size() == 4 && kinds.size() == 4 && qtypes.size() == 4 &&
                   n_out.size() == 4 && biases.size() == 4,
               "four products: wqkv, wo, w_gate_up, w_down");
-  TORCH_CHECK(x.dim() == 3 && cache_k.dim() == 4 && cache_v.sizes() == cache_k.sizes(),
+  TORCH_CHECK(x_in.dim() == 3 && cache_k.dim() == 4 && cache_v.sizes() == cache_k.sizes(),
               "x must be [B, T, d], the caches [B, Hkv, L, D]");
-  const int64_t b = x.size(0), t = x.size(1), dh = cache_k.size(3);
+  TORCH_CHECK(x_in.scalar_type() == at::kFloat && cache_k.scalar_type() == at::kFloat &&
+                  cache_v.scalar_type() == at::kFloat && attn_norm.scalar_type() == at::kFloat &&
+                  mlp_norm.scalar_type() == at::kFloat && cos.scalar_type() == at::kFloat &&
+                  sin.scalar_type() == at::kFloat,
+              "float32 only");
+  const at::Tensor x = x_in.contiguous();
+  const int64_t b = x.size(0), t = x.size(1), d = x.size(2), dh = cache_k.size(3);
+  const int64_t L = cache_k.size(2), width = (n_heads + 2 * n_kv) * dh;
   const bool ragged = rows.has_value() && starts.has_value();
-  TORCH_CHECK(cache_k.size(1) == n_kv && (ragged ? t == 1 : cache_k.size(0) == b &&
-                                                                start + t <= cache_k.size(2)),
+  TORCH_CHECK(n_heads > 0 && n_kv > 0 && n_heads % n_kv == 0 && cache_k.size(1) == n_kv,
+              "the heads do not fit the caches");
+  TORCH_CHECK(ragged ? t == 1 : cache_k.size(0) == b && start >= 0 && start + t <= L,
               "the caches do not fit x at start");
-  const auto product = [&](const at::Tensor& in, size_t i) {
-    return block_product(in, packed[i], kinds[i], qtypes[i], n_out[i], biases.get(i));
-  };
-  const at::Tensor qkv =
-      product(rms_norm(x, attn_norm, eps), 0).view({b, t, n_heads + 2 * n_kv, dh});
-  const at::Tensor qk = rotary(qkv.slice(2, 0, n_heads + n_kv), cos, sin).transpose(1, 2);
-  const at::Tensor v = qkv.slice(2, n_heads + n_kv).transpose(1, 2);
-  at::Tensor z;
-  if (ragged) {  // each row at its own position of its own cache row (ragged_attention)
-    z = ragged_attention(qk.slice(1, 0, n_heads), cache_k, cache_v, qk.slice(1, n_heads), v,
-                         scale, *rows, *starts, window);
-  } else {
-    cache_k.slice(2, start, start + t).copy_(qk.slice(1, n_heads));
-    cache_v.slice(2, start, start + t).copy_(v);
-    z = causal_attention(qk.slice(1, 0, n_heads), cache_k.slice(2, 0, start + t),
-                         cache_v.slice(2, 0, start + t), scale, start, window);
+  TORCH_CHECK(dh % sw::kBlock == 0 && dh <= sw::kMaxHead,
+              "head size must be a multiple of 16, at most 256");
+  TORCH_CHECK(cache_k.stride(3) == 1 && cache_v.stride(3) == 1,
+              "the caches' last dim must be contiguous");
+  TORCH_CHECK(attn_norm.dim() == 1 && attn_norm.size(0) == d && attn_norm.is_contiguous() &&
+                  mlp_norm.dim() == 1 && mlp_norm.size(0) == d && mlp_norm.is_contiguous(),
+              "the norms' weights must be contiguous [d]");
+  TORCH_CHECK((cos.dim() == 2 || cos.dim() == 3) && sin.sizes() == cos.sizes() &&
+                  cos.is_contiguous() && sin.is_contiguous() && cos.size(-2) == t &&
+                  (cos.dim() == 2 || cos.size(0) == b) && cos.size(-1) <= dh &&
+                  cos.size(-1) % 2 == 0,
+              "cos and sin must be contiguous [T, R] or [B, T, R], R even and at most D");
+  const int64_t widths[4] = {d, n_heads * dh, d, n_out[2] / 2};  // each product's K
+  const int64_t outs[4] = {width, d, n_out[2], d};
+  sw::BlockArgs a{};
+  for (int i = 0; i < 4; ++i) {
+    TORCH_CHECK(n_out[i] == outs[i] && (i != 2 || n_out[2] % 2 == 0),
+                "product ", i, " has ", n_out[i], " outputs where the block needs ", outs[i]);
+    if (kinds[i] == 0) {
+      TORCH_CHECK(packed[i].scalar_type() == at::kFloat && packed[i].is_contiguous() &&
+                      packed[i].dim() == 3 && packed[i].size(1) == widths[i] &&
+                      packed[i].size(2) == sw::kBlock &&
+                      packed[i].size(0) == (n_out[i] + sw::kBlock - 1) / sw::kBlock,
+                  "packed weight ", i, " does not fit the block");
+    } else {
+      TORCH_CHECK(kinds[i] == 1 || kinds[i] == 2, "kind must be 0, 1 or 2");
+      check_quant(packed[i], qtypes[i], widths[i]);
+      TORCH_CHECK(packed[i].size(0) == (n_out[i] + sw::kBlock - 1) / sw::kBlock,
+                  "packed weight ", i, " does not match its n_out");
+    }
+    a.products[i] = {packed[i].data_ptr(), kinds[i], qtypes[i], n_out[i],
+                     bias_of(biases.get(i), n_out[i])};
   }
-  const at::Tensor mid = x + product(z.transpose(1, 2).reshape({b, t, -1}), 1);
-  const auto gate_up = product(rms_norm(mid, mlp_norm, eps), 2).chunk(2, -1);
-  return mid + product(at::silu(gate_up[0]) * gate_up[1], 3);
+  if (ragged) {  // every row's cache row and position, before anything is written
+    const at::Tensor& r = *rows;
+    const at::Tensor& s = *starts;
+    TORCH_CHECK(r.scalar_type() == at::kLong && s.scalar_type() == at::kLong && r.dim() == 1 &&
+                    s.dim() == 1 && r.size(0) == b && s.size(0) == b && r.is_contiguous() &&
+                    s.is_contiguous(),
+                "rows and starts must be contiguous int64 [B]");
+    const int64_t* rp = r.data_ptr<int64_t>();
+    const int64_t* sp = s.data_ptr<int64_t>();
+    std::vector<bool> taken(static_cast<size_t>(cache_k.size(0)), false);
+    for (int64_t i = 0; i < b; ++i) {
+      TORCH_CHECK(rp[i] >= 0 && rp[i] < cache_k.size(0) && sp[i] >= 0 && sp[i] < L, "row ", i,
+                  ": cache row ", rp[i], " position ", sp[i], " outside k");
+      TORCH_CHECK(!taken[rp[i]], "cache row ", rp[i], " appears twice in one step");
+      taken[rp[i]] = true;
+    }
+    a.rows = rp, a.starts = sp;
+  }
+  a.x = x.data_ptr<float>(), a.B = b, a.T = t, a.d = d;
+  a.attn_norm = attn_norm.data_ptr<float>(), a.mlp_norm = mlp_norm.data_ptr<float>();
+  a.eps = static_cast<float>(eps);
+  a.gated = silu_gated, a.gated_ctx = nullptr;
+  a.cos = cos.data_ptr<float>(), a.sin = sin.data_ptr<float>();
+  a.cos_stride = cos.dim() == 3 ? t * cos.size(-1) : 0, a.R = cos.size(-1);
+  a.H = n_heads, a.Hkv = n_kv, a.D = dh;
+  a.cache_k = cache_k.data_ptr<float>(), a.cache_v = cache_v.data_ptr<float>();
+  for (int i = 0; i < 3; ++i) a.ks[i] = cache_k.stride(i), a.vs[i] = cache_v.stride(i);
+  a.L = L, a.start = ragged ? 0 : start, a.window = window;
+  a.scale = static_cast<float>(scale);
+  TORCH_CHECK(window >= 0, "window must be at least 0");
+  auto out = at::empty({b, t, d}, x.options());
+  sw::decoder_block(a, out.data_ptr<float>(), threads_for_kernels());
+  return out;
 }
 
 }  // namespace
