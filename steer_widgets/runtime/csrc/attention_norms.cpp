@@ -61,20 +61,33 @@ namespace {
 
 constexpr int kQueryTile = 4;  // query positions of one head that share each key and value load
 
+// The keys and values of the task after this one (another row or key head): fetched a key
+// at a time while this task reads its own, so the next one starts on keys already in cache.
+// A task's keys are a few kilobytes, over before the hardware prefetcher has followed them,
+// and every task began with a stall on its first keys (docs/benchmarks.md).
+struct Next {
+  const float* k = nullptr;
+  const float* v = nullptr;
+  int64_t first = 0, n = 0;  // its keys [first, first + n) (n = 0: nothing to fetch)
+};
+
+inline void fetch_key(const float* p, int lines) {
+  for (int c = 0; c < lines; ++c) __builtin_prefetch(p + c * kBlock, 0, 3);
+}
+
 // Up to kQueryTile query positions of one (row, head), each attending keys [lo[p], hi[p]) of the
 // head's K and V (key l at k + l * ks). Per position the arithmetic is that of a position
 // alone: 16-lane fused dot products over the C lines summed as a fixed tree, a max-subtracted
 // exp, the weights summed in key order, the values accumulated in key order, one scaling.
 // Only the loop order across positions changes: keys all of them attend are loaded once for
-// the tile (a long prefill read each key once per position before, 1.4-1.8x SDPA's time at
-// 1,000-2,000 tokens). hi rises with p and so does lo, so [max lo, min hi) is shared and
-// each position's own keys lie before and after it, which keeps every position's key order.
-// SDPA's flash kernel pays tiles, buffers and a thread team for a 1 x L product: in a decode
-// step of the default model it took 43 us a layer against 15 us here (2026-12-01).
+// the tile (a long prefill read each key once per position before). hi rises with p and so
+// does lo, so [max lo, min hi) is shared and each position's own keys lie before and after
+// it, which keeps every position's key order. SDPA's flash kernel pays tiles, buffers and a
+// thread team for a 1 x L product (docs/benchmarks.md).
 template <int C>
 void attend_tile(const float* const* q, int n, const float* k, int64_t ks, const float* v,
                  int64_t vs, const int64_t* lo, const int64_t* hi, float sc, float* w,
-                 int64_t wn, float* const* out) {
+                 int64_t wn, float* const* out, const Next& next) {
   int64_t clo = lo[n - 1], chi = hi[0];  // the keys every position attends
   if (clo >= chi) clo = chi = std::numeric_limits<int64_t>::max();  // none: each its own
   Vec qv[kQueryTile][C];
@@ -90,6 +103,7 @@ void attend_tile(const float* const* q, int n, const float* k, int64_t ks, const
   };
   Vec kl[C];
   for (int64_t l = clo; l < chi; ++l) {
+    if (l - clo < next.n) fetch_key(next.k + (next.first + l - clo) * ks, C);
     key(l, kl);
     for (int p = 0; p < n; ++p) score(p, l, kl);
   }
@@ -120,6 +134,7 @@ void attend_tile(const float* const* q, int n, const float* k, int64_t ks, const
     for (int64_t l = lo[p]; l < std::min(clo, hi[p]); ++l) value(l, vl), add(p, l, vl);
   }
   for (int64_t l = clo; l < chi; ++l) {
+    if (l - clo < next.n) fetch_key(next.v + (next.first + l - clo) * vs, C);
     value(l, vl);
     for (int p = 0; p < n; ++p) add(p, l, vl);
   }
@@ -132,7 +147,8 @@ void attend_tile(const float* const* q, int n, const float* k, int64_t ks, const
 }
 
 using TileFn = void (*)(const float* const*, int, const float*, int64_t, const float*, int64_t,
-                        const int64_t*, const int64_t*, float, float*, int64_t, float* const*);
+                        const int64_t*, const int64_t*, float, float*, int64_t, float* const*,
+                        const Next&);
 template <int... Cs>
 constexpr std::array<TileFn, sizeof...(Cs)> attend_tiles(std::integer_sequence<int, Cs...>) {
   return {attend_tile<Cs + 1>...};
@@ -155,6 +171,16 @@ void attend_tasks(const float* qp, const float* kp, const float* vp, float* yp,
   // below ~64k multiply-adds per thread, starting threads costs more than it saves
   const int64_t work = 2 * s.L * s.D * std::min<int64_t>(per_unit, kQueryTile);
   const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, work));
+  // task i's keys and values, from its last query's first key to that query's position
+  auto keys_of = [&](int64_t i) {
+    const int64_t j0 = (i % tiles) * kQueryTile, bu = i / tiles, b = bu / units, u = bu % units;
+    const int64_t kb = s.rows ? s.rows[b] : b, start = s.starts ? s.starts[b] : s.start;
+    const int64_t g = query(u, j0).first / group;
+    const int64_t last = std::min<int64_t>(per_unit, j0 + kQueryTile) - 1;
+    const int64_t hi = start + query(u, last).second + 1;
+    const int64_t lo = s.window > 0 ? std::max<int64_t>(0, hi - s.window) : 0;
+    return Next{kp + kb * s.ks0 + g * s.ks1, vp + kb * s.vs0 + g * s.vs1, lo, hi - lo};
+  };
   parallel_for(threads, 0, s.B * units * tiles, grain, [&](int64_t i0, int64_t i1) {
     std::vector<float> w(static_cast<size_t>(kQueryTile * s.L));
     for (int64_t i = i0; i < i1; ++i) {
@@ -172,8 +198,11 @@ void attend_tasks(const float* qp, const float* kp, const float* vp, float* yp,
         out[p] = yp + ((b * s.H + h) * s.T + t) * s.D;
       }
       const int64_t g = query(u, j0).first / group;
-      attend(q, n, kp + kb * s.ks0 + g * s.ks1, s.ks2, vp + kb * s.vs0 + g * s.vs1, s.vs2, lo, hi,
-             scale, w.data(), s.L, out);
+      const float* k = kp + kb * s.ks0 + g * s.ks1;
+      Next next = i + 1 < i1 ? keys_of(i + 1) : Next{};
+      if (next.k == k) next = Next{};  // the same keys (a prefill's next tile): in cache
+      attend(q, n, k, s.ks2, vp + kb * s.vs0 + g * s.vs1, s.vs2, lo, hi, scale, w.data(), s.L,
+             out, next);
     }
   });
 }
