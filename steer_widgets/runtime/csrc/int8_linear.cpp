@@ -144,16 +144,15 @@ inline void quantize_block(const float* xb, int8_t* q, float& d, int32_t& s) {
 }
 #endif
 
-// A column block kAhead blocks on is fetched into L2 while this one computes: with more rows
-// than a row tile a block computes long enough that the hardware prefetcher, which runs a
-// few lines ahead of the reads, leaves the memory bus idle meanwhile; a row or a few stream
-// at its pace, and the extra instructions only cost (docs/benchmarks.md).
+// A column block kAhead blocks on is fetched into L2 while this one computes, at every row
+// count: with many rows a block computes long enough that the hardware prefetcher, which runs
+// a few lines ahead of the reads, leaves the memory bus idle meanwhile; with one or two rows
+// each block is short, and the explicit fetch keeps more of the stream in flight than the
+// hardware prefetcher alone (docs/benchmarks.md).
 constexpr int64_t kAhead = 2;
 
 // whether column block b's first row tile fetches block b + kAhead (see above)
-inline bool fetches_ahead(int64_t M, int64_t row_tile, int64_t b, int64_t N) {
-  return M > row_tile && (b + kAhead) * kBlock < N;
-}
+inline bool fetches_ahead(int64_t b, int64_t N) { return (b + kAhead) * kBlock < N; }
 
 inline void prefetch_group(const uint8_t* p, int64_t bytes) {
   for (int64_t at = 0; at < bytes; at += 64) __builtin_prefetch(p + at, 0, 2);  // read, L2
@@ -316,7 +315,7 @@ template <int64_t T>
 void column_block(const Rows& x, int64_t M, const uint8_t* w, const float* bias, float* y,
                   int64_t K, int64_t N, int64_t b) {
   static constexpr auto tiles = block_tiles<T>(std::make_integer_sequence<int, kRowTile>{});
-  const bool ahead = fetches_ahead(M, kRowTile, b, N);
+  const bool ahead = fetches_ahead(b, N);
   for (int64_t m = 0; m < M; m += kRowTile) {
     const int rows = static_cast<int>(std::min<int64_t>(kRowTile, M - m));
     tiles[rows - 1](x, m, w, bias, y, K, N, b, ahead && m == 0);
@@ -474,7 +473,7 @@ template <int64_t T>
 void column_block(const Rows& x, int64_t M, const uint8_t* w, const float* bias, float* y,
                   int64_t K, int64_t N, int64_t b) {
   static constexpr auto tiles = half_tiles<T>(std::make_integer_sequence<int, kRowTile>{});
-  const bool ahead = fetches_ahead(M, kRowTile, b, N);
+  const bool ahead = fetches_ahead(b, N);
   for (int64_t h = 0; h < 2 && b * kBlock + h * kHalf < N; ++h)
     for (int64_t m = 0; m < M; m += kRowTile) {
       const int rows = static_cast<int>(std::min<int64_t>(kRowTile, M - m));
