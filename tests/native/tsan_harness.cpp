@@ -2,10 +2,11 @@
 // torch or OpenMP (neither is instrumented). Built by tests/test_kernel_threads.py with
 // -fsanitize=thread together with steer_widgets/runtime/csrc's torch-free sources.
 //
-// For each thread count it runs calls of varying shapes (float32 and quantized products,
-// causal attention and ragged decode steps) and compares each bit for bit with the same call
-// at one thread, while a second caller thread makes calls of its own (it runs them alone: one
-// caller uses the pool at a time) and noise jobs are queued for the idle workers. Noise jobs
+// For each thread count it runs calls of varying shapes (float32, quantized and int8
+// products, causal attention, ragged decode steps and whole blocks) and compares each bit for
+// bit with the same call at one thread, while a second caller thread makes calls of its own
+// (it runs them alone: one caller uses the pool at a time; every other one is a block, whose
+// workspace must be its own thread's) and noise jobs are queued for the idle workers. Noise jobs
 // draw an order-dependent sequence (each element a step of one generator), so a chunk drawn out of
 // order or twice shows; one a round draws as the queue's float64 draws do (mt_uniform.h), in
 // chunks of its own size, and must equal one call over its whole length. Before all that, on
@@ -16,6 +17,7 @@
 // itself reports races on stderr (and exits 66 with TSAN_OPTIONS=exitcode=66).
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <atomic>
 #include <cstdint>
 #include <cstdio>
@@ -40,14 +42,58 @@ namespace {
 struct Case {
   std::string name;
   int64_t kind;  // 0 float, 1 quantized, 2 attention (causal or ragged), 3 dequantized
-                // rows, 4 int8 products
+                // rows, 4 int8 products, 5 a whole block (decoder_block)
   int64_t M, K, N, qtype;
   std::vector<float> x, w, bias;
   std::vector<uint8_t> qw;
   sw::AttentionShape shape;
   std::vector<int64_t> rows, starts;  // a ragged step: each q row's cache row and position
   std::vector<float> want;
+  std::shared_ptr<struct Block> block;  // kind 5
 };
+
+// A decoder_block call: a small block (d 64, 4 query heads on 2 key heads of 16, MLP 128)
+// with int8 and GGUF products, continuing a cache of 3 rows; each run writes a copy of the
+// cache (a second caller runs the same case at the same time)
+struct Block {
+  static constexpr int64_t d = 64, H = 4, Hkv = 2, D = 16, F = 128, C = 3, L = 24;
+  int64_t B, T, start;
+  bool ragged;
+  std::vector<float> norms, cos, sin, cache;  // norms: attention's then the MLP's
+  std::vector<uint8_t> packed[4];
+  int64_t kinds[4], qtypes[4];
+  std::vector<int64_t> rows, starts;
+};
+
+// silu(gate) * up in plain C++ (the op supplies torch's SiLU; here any fixed function will do)
+void silu_gated(const float* gu, float* out, int64_t M, int64_t F, void*) {
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t f = 0; f < F; ++f) {
+      const float g = gu[m * 2 * F + f];
+      out[m * F + f] = g / (1.0f + std::exp(-g)) * gu[m * 2 * F + F + f];
+    }
+}
+
+void run_block(const Block& k, const float* x, float* y, int64_t threads) {
+  std::vector<float> cache = k.cache;  // keys then values, [C, Hkv, L, D] each
+  sw::BlockArgs a{};
+  a.x = x, a.B = k.B, a.T = k.T, a.d = Block::d;
+  a.attn_norm = k.norms.data(), a.mlp_norm = k.norms.data() + Block::d, a.eps = 1e-5f;
+  const int64_t outs[4] = {(Block::H + 2 * Block::Hkv) * Block::D, Block::d, 2 * Block::F,
+                           Block::d};
+  for (int i = 0; i < 4; ++i) a.products[i] = {k.packed[i].data(), k.kinds[i], k.qtypes[i], outs[i], nullptr};
+  a.gated = silu_gated, a.gated_ctx = nullptr;
+  a.cos = k.cos.data(), a.sin = k.sin.data(), a.R = Block::D;
+  a.cos_stride = k.ragged ? k.T * Block::D : 0;
+  a.H = Block::H, a.Hkv = Block::Hkv, a.D = Block::D;
+  const int64_t half = Block::C * Block::Hkv * Block::L * Block::D;
+  a.cache_k = cache.data(), a.cache_v = cache.data() + half;
+  a.ks[0] = a.vs[0] = Block::Hkv * Block::L * Block::D;
+  a.ks[1] = a.vs[1] = Block::L * Block::D, a.ks[2] = a.vs[2] = Block::D;
+  a.L = Block::L, a.start = k.start, a.window = 0, a.scale = 0.25f;
+  if (k.ragged) a.rows = k.rows.data(), a.starts = k.starts.data();
+  sw::decoder_block(a, y, threads);
+}
 
 std::vector<float> randn(std::mt19937& rng, size_t n) {
   std::normal_distribution<float> dist;
@@ -77,6 +123,8 @@ void run_case(const Case& c, std::vector<float>& y, int64_t threads) {
     sw::quant_linear(c.x.data(), c.qw.data(), bias, y.data(), c.M, c.K, c.N, c.qtype, threads);
   } else if (c.kind == 4) {  // products="int8" (random bytes are valid codes)
     sw::int8_linear(c.x.data(), c.qw.data(), bias, y.data(), c.M, c.K, c.N, c.qtype, threads);
+  } else if (c.kind == 5) {
+    run_block(*c.block, c.x.data(), y.data(), threads);
   } else if (c.kind == 3) {  // rows M..N-1 of the matrix (a backward's slice), [K][N - M]
     sw::quant_dense(c.qw.data(), c.M, c.N - c.M, c.K, c.qtype, y.data(), threads);
   } else {
@@ -171,6 +219,33 @@ std::vector<Case> build(std::mt19937& rng) {
       a.w = randn(rng, 2 * C * Hkv * L * D);
       a.N = H * D;
       cases.push_back(std::move(a));
+    }
+  }
+  for (int ragged = 0; ragged < 2; ++ragged) {  // prefill, decode and ragged blocks
+    for (int64_t T : {int64_t{1}, int64_t{5}}) {
+      if (ragged && T > 1) continue;
+      auto k = std::make_shared<Block>();
+      k->B = ragged ? 3 : T > 1 ? 1 : 2, k->T = T, k->start = ragged ? 0 : 9, k->ragged = ragged;
+      k->norms = randn(rng, 2 * Block::d);
+      const int64_t positions = ragged ? k->B * T : T;
+      k->cos = randn(rng, positions * Block::D);
+      k->sin = randn(rng, positions * Block::D);
+      k->cache = randn(rng, 2 * Block::C * Block::Hkv * Block::L * Block::D);
+      const int64_t ins[4] = {Block::d, Block::H * Block::D, Block::d, Block::F};
+      const int64_t outs[4] = {(Block::H + 2 * Block::Hkv) * Block::D, Block::d, 2 * Block::F,
+                               Block::d};
+      const int64_t types[4] = {sw::kQ4_1, sw::kQ8_0, sw::kQ4_K, sw::kQ6_K};
+      for (int i = 0; i < 4; ++i) {
+        k->kinds[i] = i % 2 ? 1 : 2, k->qtypes[i] = types[i];
+        k->packed[i] = quant_blocks(rng, outs[i], ins[i], types[i]);
+      }
+      if (ragged) k->rows = {2, 0, 1}, k->starts = {4, 17, 9};
+      Case c{"block b" + std::to_string(k->B) + " t" + std::to_string(T) +
+                 (ragged ? " ragged" : ""),
+             5, k->B * T, Block::d, Block::d, 0};
+      c.x = randn(rng, k->B * T * Block::d);
+      c.block = k;
+      cases.push_back(std::move(c));
     }
   }
   return cases;
@@ -327,11 +402,14 @@ int main(int argc, char** argv) {
   std::atomic<bool> stop{false};
   std::atomic<int64_t> wrong{thrown}, calls{0};
   // a second caller: its calls run alone (or on the pool when it is free), never wrong
+  std::vector<size_t> blocks;  // the second caller's every other call: a block's workspace is
+  for (size_t i = 0; i < cases.size(); ++i)  // its calling thread's, never shared
+    if (cases[i].kind == 5) blocks.push_back(i);
   std::thread other([&] {
     std::mt19937 r(11);
     std::vector<float> y;
-    while (!stop.load()) {
-      const Case& c = cases[r() % cases.size()];
+    for (int64_t n = 0; !stop.load(); ++n) {
+      const Case& c = cases[n % 2 ? blocks[r() % blocks.size()] : r() % cases.size()];
       y.assign(out_size(c), 0.0f);
       run_case(c, y, 4);
       if (std::memcmp(y.data(), c.want.data(), y.size() * sizeof(float))) ++wrong;
