@@ -441,6 +441,7 @@ at::Tensor decoder_block(const at::Tensor& x_in, const at::Tensor& attn_norm,
               "the caches do not fit x at start");
   TORCH_CHECK(dh % sw::kBlock == 0 && dh <= sw::kMaxHead,
               "head size must be a multiple of 16, at most 256");
+  TORCH_CHECK(window >= 0, "window must be at least 0");
   TORCH_CHECK(cache_k.stride(3) == 1 && cache_v.stride(3) == 1,
               "the caches' last dim must be contiguous");
   TORCH_CHECK(attn_norm.dim() == 1 && attn_norm.size(0) == d && attn_norm.is_contiguous() &&
@@ -501,7 +502,6 @@ at::Tensor decoder_block(const at::Tensor& x_in, const at::Tensor& attn_norm,
   for (int i = 0; i < 3; ++i) a.ks[i] = cache_k.stride(i), a.vs[i] = cache_v.stride(i);
   a.L = L, a.start = ragged ? 0 : start, a.window = window;
   a.scale = static_cast<float>(scale);
-  TORCH_CHECK(window >= 0, "window must be at least 0");
   auto out = at::empty({b, t, d}, x.options());
   sw::decoder_block(a, out.data_ptr<float>(), threads_for_kernels());
   return out;
