@@ -154,3 +154,25 @@ def test_a_bad_block_call_is_refused_before_the_cache_changes(engine):
             block(*call)
         assert torch.equal(args[10], k) and torch.equal(args[11], v), message
     assert torch.equal(block(*args), out)  # the same call again: the same step, still usable
+
+
+def _resident_mb() -> float:
+    import os
+
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+@pytest.mark.skipif(not __import__("os").path.exists("/proc/self/statm"), reason="Linux only")
+def test_a_long_prefill_leaves_no_workspace_behind(engine):
+    """A block keeps a small workspace on its calling thread for the next decode step; a long
+    prompt's (here 1,500 positions, about 52 MB) is the call's own and freed after it."""
+    runtime = engine.model.runtime
+    cache = runtime.new_cache(1, 1600)
+    for t in cache.k + cache.v:
+        t.fill_(0.0)  # the cache's pages resident before the first reading
+    ids = torch.arange(1500).view(1, 1500) * 37 % 40000 + 100
+    runtime.forward(ids[:, :8], cache.view(0), last_only=True)  # a short call first
+    before = _resident_mb()
+    runtime.forward(ids, cache.view(0), last_only=True)
+    assert _resident_mb() - before < 20

@@ -32,10 +32,15 @@ void add(const float* a, const float* b, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = a[i] + b[i];
 }
 
-// the calling thread's scratch floats, grown as needed and kept: a block reuses it every
-// call, and the pool runs one call per caller at a time
-float* scratch(int64_t n) {
-  thread_local std::vector<float> ws;
+// Workspaces of up to kKept floats (4 MB: a decode step of 64 rows needs about 2 MB) are the
+// calling thread's, kept from call to call; a larger one (a long prompt's prefill: 34 kB a
+// position for the default model) is the call's own and freed when it returns, so a 4,000-token
+// prompt does not leave 140 MB behind.
+constexpr int64_t kKept = int64_t{1} << 20;
+
+float* scratch(int64_t n, std::vector<float>& own) {
+  thread_local std::vector<float> kept;
+  std::vector<float>& ws = n <= kKept ? kept : own;
   if (static_cast<int64_t>(ws.size()) < n) ws.resize(static_cast<size_t>(n));
   return ws.data();
 }
@@ -50,7 +55,8 @@ void decoder_block(const BlockArgs& a, float* out, int64_t threads) {
                            M * 2 * F, M * F};
   int64_t total = 0;
   for (const int64_t s : sizes) total += s;
-  float* at = scratch(total);
+  std::vector<float> own;  // a workspace too large to keep (see scratch)
+  float* at = scratch(total, own);
   float* buf[8];
   for (int i = 0; i < 8; ++i) buf[i] = at, at += sizes[i];
   float *h = buf[0], *qkv = buf[1], *qk = buf[2], *z = buf[3], *zt = buf[4], *mid = buf[5],

@@ -232,6 +232,24 @@ at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::
   return y;
 }
 
+// a ragged step's rows: each a cache row (of n) at a position (of L), no cache row twice
+void check_ragged_rows(const at::Tensor& rows, const at::Tensor& starts, int64_t B, int64_t n,
+                       int64_t L) {
+  TORCH_CHECK(rows.scalar_type() == at::kLong && starts.scalar_type() == at::kLong &&
+                  rows.dim() == 1 && starts.dim() == 1 && rows.size(0) == B &&
+                  starts.size(0) == B && rows.is_contiguous() && starts.is_contiguous(),
+              "rows and starts must be contiguous int64 [B]");
+  const int64_t* rp = rows.data_ptr<int64_t>();
+  const int64_t* sp = starts.data_ptr<int64_t>();
+  std::vector<bool> taken(static_cast<size_t>(n), false);
+  for (int64_t i = 0; i < B; ++i) {
+    TORCH_CHECK(rp[i] >= 0 && rp[i] < n && sp[i] >= 0 && sp[i] < L, "row ", i, ": cache row ",
+                rp[i], " position ", sp[i], " outside k");
+    TORCH_CHECK(!taken[rp[i]], "cache row ", rp[i], " appears twice in one step");
+    taken[rp[i]] = true;
+  }
+}
+
 // One decode position per row of a ragged batch: q [B, H, 1, D], row b of q at position
 // starts[b] of cache row rows[b] of k and v [N, Hkv, L, D] (starts[b] < L). First each row's
 // new key and value (k_new and v_new [B, Hkv, 1, D]) are written at its position of its cache
@@ -250,10 +268,6 @@ at::Tensor ragged_attention(const at::Tensor& q, at::Tensor& k, at::Tensor& v,
               "float32 only");
   const int64_t B = q.size(0), H = q.size(1), D = q.size(3);
   const int64_t N = k.size(0), Hkv = k.size(1), L = k.size(2);
-  TORCH_CHECK(rows.scalar_type() == at::kLong && starts.scalar_type() == at::kLong &&
-                  rows.dim() == 1 && starts.dim() == 1 && rows.size(0) == B &&
-                  starts.size(0) == B && rows.is_contiguous() && starts.is_contiguous(),
-              "rows and starts must be contiguous int64 [B]");
   TORCH_CHECK(k.size(3) == D && Hkv > 0 && H % Hkv == 0 && window >= 0, "k and v do not fit q");
   TORCH_CHECK(k_new.sizes() == at::IntArrayRef({B, Hkv, 1, D}) && v_new.sizes() == k_new.sizes(),
               "k_new and v_new must be [B, Hkv, 1, D]");
@@ -262,15 +276,9 @@ at::Tensor ragged_attention(const at::Tensor& q, at::Tensor& k, at::Tensor& v,
   TORCH_CHECK(q.stride(3) == 1 && k.stride(3) == 1 && v.stride(3) == 1 &&
                   k_new.stride(3) == 1 && v_new.stride(3) == 1,
               "the last dim of q, k, v, k_new and v_new must be contiguous");
+  check_ragged_rows(rows, starts, B, N, L);
   const int64_t* row = rows.data_ptr<int64_t>();
   const int64_t* start = starts.data_ptr<int64_t>();
-  std::vector<bool> taken(static_cast<size_t>(N), false);
-  for (int64_t b = 0; b < B; ++b) {
-    TORCH_CHECK(row[b] >= 0 && row[b] < N && start[b] >= 0 && start[b] < L,
-                "row ", b, ": cache row ", row[b], " position ", start[b], " outside k");
-    TORCH_CHECK(!taken[row[b]], "cache row ", row[b], " appears twice in one step");
-    taken[row[b]] = true;
-  }
   float* kp = k.data_ptr<float>();
   float* vp = v.data_ptr<float>();
   for (int64_t b = 0; b < B; ++b)
@@ -404,6 +412,27 @@ void silu_gated(const float* gate_up, float* out, int64_t M, int64_t F, void*) {
     for (int64_t f = 0; f < F; ++f) out[m * F + f] *= gate_up[m * 2 * F + F + f];
 }
 
+// decoder_block's product i (wqkv, wo, w_gate_up, w_down), checked against the block: K
+// inputs and the n_out it needs
+sw::BlockProduct block_product(int i, const at::Tensor& packed, int64_t kind, int64_t qtype,
+                               int64_t n_out, const std::optional<at::Tensor>& bias, int64_t K,
+                               int64_t needed) {
+  TORCH_CHECK(n_out == needed && (i != 2 || n_out % 2 == 0), "product ", i, " has ", n_out,
+              " outputs where the block needs ", needed);
+  if (kind == 0) {
+    TORCH_CHECK(packed.scalar_type() == at::kFloat && packed.is_contiguous() &&
+                    packed.dim() == 3 && packed.size(1) == K && packed.size(2) == sw::kBlock &&
+                    packed.size(0) == (n_out + sw::kBlock - 1) / sw::kBlock,
+                "packed weight ", i, " does not fit the block");
+  } else {
+    TORCH_CHECK(kind == 1 || kind == 2, "kind must be 0, 1 or 2");
+    check_quant(packed, qtype, K);
+    TORCH_CHECK(packed.size(0) == (n_out + sw::kBlock - 1) / sw::kBlock,
+                "packed weight ", i, " does not match its n_out");
+  }
+  return {packed.data_ptr(), kind, qtype, n_out, bias_of(bias, n_out)};
+}
+
 // One pre-norm block with rotary attention and a gated SiLU MLP (Llama's, Mistral's, Qwen2's)
 // for x [B, T, d] continuing every row of the cache at `start` (or, with rows and starts, a
 // ragged step: row b at position starts[b] of cache row rows[b]): transformer.py's _ops_block,
@@ -431,6 +460,8 @@ at::Tensor decoder_block(const at::Tensor& x_in, const at::Tensor& attn_norm,
                   mlp_norm.scalar_type() == at::kFloat && cos.scalar_type() == at::kFloat &&
                   sin.scalar_type() == at::kFloat,
               "float32 only");
+  TORCH_CHECK(x_in.device().is_cpu() && cache_k.device().is_cpu() && cache_v.device().is_cpu(),
+              "decoder_block runs on the CPU");
   const at::Tensor x = x_in.contiguous();
   const int64_t b = x.size(0), t = x.size(1), d = x.size(2), dh = cache_k.size(3);
   const int64_t L = cache_k.size(2), width = (n_heads + 2 * n_kv) * dh;
@@ -455,41 +486,12 @@ at::Tensor decoder_block(const at::Tensor& x_in, const at::Tensor& attn_norm,
   const int64_t widths[4] = {d, n_heads * dh, d, n_out[2] / 2};  // each product's K
   const int64_t outs[4] = {width, d, n_out[2], d};
   sw::BlockArgs a{};
-  for (int i = 0; i < 4; ++i) {
-    TORCH_CHECK(n_out[i] == outs[i] && (i != 2 || n_out[2] % 2 == 0),
-                "product ", i, " has ", n_out[i], " outputs where the block needs ", outs[i]);
-    if (kinds[i] == 0) {
-      TORCH_CHECK(packed[i].scalar_type() == at::kFloat && packed[i].is_contiguous() &&
-                      packed[i].dim() == 3 && packed[i].size(1) == widths[i] &&
-                      packed[i].size(2) == sw::kBlock &&
-                      packed[i].size(0) == (n_out[i] + sw::kBlock - 1) / sw::kBlock,
-                  "packed weight ", i, " does not fit the block");
-    } else {
-      TORCH_CHECK(kinds[i] == 1 || kinds[i] == 2, "kind must be 0, 1 or 2");
-      check_quant(packed[i], qtypes[i], widths[i]);
-      TORCH_CHECK(packed[i].size(0) == (n_out[i] + sw::kBlock - 1) / sw::kBlock,
-                  "packed weight ", i, " does not match its n_out");
-    }
-    a.products[i] = {packed[i].data_ptr(), kinds[i], qtypes[i], n_out[i],
-                     bias_of(biases.get(i), n_out[i])};
-  }
+  for (int i = 0; i < 4; ++i)
+    a.products[i] = block_product(i, packed[i], kinds[i], qtypes[i], n_out[i], biases.get(i),
+                                  widths[i], outs[i]);
   if (ragged) {  // every row's cache row and position, before anything is written
-    const at::Tensor& r = *rows;
-    const at::Tensor& s = *starts;
-    TORCH_CHECK(r.scalar_type() == at::kLong && s.scalar_type() == at::kLong && r.dim() == 1 &&
-                    s.dim() == 1 && r.size(0) == b && s.size(0) == b && r.is_contiguous() &&
-                    s.is_contiguous(),
-                "rows and starts must be contiguous int64 [B]");
-    const int64_t* rp = r.data_ptr<int64_t>();
-    const int64_t* sp = s.data_ptr<int64_t>();
-    std::vector<bool> taken(static_cast<size_t>(cache_k.size(0)), false);
-    for (int64_t i = 0; i < b; ++i) {
-      TORCH_CHECK(rp[i] >= 0 && rp[i] < cache_k.size(0) && sp[i] >= 0 && sp[i] < L, "row ", i,
-                  ": cache row ", rp[i], " position ", sp[i], " outside k");
-      TORCH_CHECK(!taken[rp[i]], "cache row ", rp[i], " appears twice in one step");
-      taken[rp[i]] = true;
-    }
-    a.rows = rp, a.starts = sp;
+    check_ragged_rows(*rows, *starts, b, cache_k.size(0), L);
+    a.rows = rows->data_ptr<int64_t>(), a.starts = starts->data_ptr<int64_t>();
   }
   a.x = x.data_ptr<float>(), a.B = b, a.T = t, a.d = d;
   a.attn_norm = attn_norm.data_ptr<float>(), a.mlp_norm = mlp_norm.data_ptr<float>();
