@@ -166,7 +166,8 @@ def _resident_mb() -> float:
 @pytest.mark.skipif(not __import__("os").path.exists("/proc/self/statm"), reason="Linux only")
 def test_a_long_prefill_leaves_no_workspace_behind(engine):
     """A block keeps a small workspace on its calling thread for the next decode step; a long
-    prompt's (here 1,500 positions, about 52 MB) is the call's own and freed after it."""
+    prompt's (here 1,500 positions, about 52 MB) is the call's own and freed after it, with
+    the op-by-op logits bit for bit."""
     runtime = engine.model.runtime
     cache = runtime.new_cache(1, 1600)
     for t in cache.k + cache.v:
@@ -174,5 +175,7 @@ def test_a_long_prefill_leaves_no_workspace_behind(engine):
     ids = torch.arange(1500).view(1, 1500) * 37 % 40000 + 100
     runtime.forward(ids[:, :8], cache.view(0), last_only=True)  # a short call first
     before = _resident_mb()
-    runtime.forward(ids, cache.view(0), last_only=True)
+    fused = runtime.forward(ids, cache.view(0), last_only=True)
     assert _resident_mb() - before < 20
+    plain = runtime.forward(ids, cache.view(0), hooks=_every_block_hooked(runtime), last_only=True)
+    assert torch.equal(fused, plain)

@@ -4,6 +4,7 @@
 // thread while the pool's workers wait; here the same kernels run back to back on pointers.
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "kernels.h"
@@ -32,17 +33,20 @@ void add(const float* a, const float* b, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = a[i] + b[i];
 }
 
-// Workspaces of up to kKept floats (4 MB: a decode step of 64 rows needs about 2 MB) are the
-// calling thread's, kept from call to call; a larger one (a long prompt's prefill: 34 kB a
-// position for the default model) is the call's own and freed when it returns, so a 4,000-token
-// prompt does not leave 140 MB behind.
-constexpr int64_t kKept = int64_t{1} << 20;
+// Workspaces of up to kKept floats (16 MB: a decode step of 64 rows needs about 2 MB, a
+// prefill of 470 positions of the default model all of it) are the calling thread's, kept
+// from call to call; a larger one (a longer prompt's prefill) is the call's own, left
+// uninitialized and freed when it returns, so a long prompt leaves nothing behind.
+constexpr int64_t kKept = int64_t{1} << 22;
 
-float* scratch(int64_t n, std::vector<float>& own) {
+float* scratch(int64_t n, std::unique_ptr<float[]>& own) {
   thread_local std::vector<float> kept;
-  std::vector<float>& ws = n <= kKept ? kept : own;
-  if (static_cast<int64_t>(ws.size()) < n) ws.resize(static_cast<size_t>(n));
-  return ws.data();
+  if (n > kKept) {
+    own.reset(new float[static_cast<size_t>(n)]);
+    return own.get();
+  }
+  if (static_cast<int64_t>(kept.size()) < n) kept.resize(static_cast<size_t>(n));
+  return kept.data();
 }
 
 }  // namespace
@@ -55,7 +59,7 @@ void decoder_block(const BlockArgs& a, float* out, int64_t threads) {
                            M * 2 * F, M * F};
   int64_t total = 0;
   for (const int64_t s : sizes) total += s;
-  std::vector<float> own;  // a workspace too large to keep (see scratch)
+  std::unique_ptr<float[]> own;  // a workspace too large to keep (see scratch)
   float* at = scratch(total, own);
   float* buf[8];
   for (int i = 0; i < 8; ++i) buf[i] = at, at += sizes[i];
