@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <utility>
 #include <vector>
@@ -185,7 +186,7 @@ void attend_tasks(const float* qp, const float* kp, const float* vp, float* yp,
     std::vector<float> w(static_cast<size_t>(kQueryTile * s.L));
     for (int64_t i = i0; i < i1; ++i) {
       const int64_t j0 = (i % tiles) * kQueryTile, bu = i / tiles, b = bu / units, u = bu % units;
-      const int64_t kb = s.rows ? s.rows[b] : b, start = s.starts ? s.starts[b] : s.start;
+      const int64_t start = s.starts ? s.starts[b] : s.start;
       const int n = static_cast<int>(std::min<int64_t>(kQueryTile, per_unit - j0));
       const float* q[kQueryTile];
       float* out[kQueryTile];
@@ -197,17 +198,28 @@ void attend_tasks(const float* qp, const float* kp, const float* vp, float* yp,
         q[p] = qp + b * s.qs0 + h * s.qs1 + t * s.qs2;
         out[p] = yp + ((b * s.H + h) * s.T + t) * s.D;
       }
-      const int64_t g = query(u, j0).first / group;
-      const float* k = kp + kb * s.ks0 + g * s.ks1;
+      const Next own = keys_of(i);
       Next next = i + 1 < i1 ? keys_of(i + 1) : Next{};
-      if (next.k == k) next = Next{};  // the same keys (a prefill's next tile): in cache
-      attend(q, n, k, s.ks2, vp + kb * s.vs0 + g * s.vs1, s.vs2, lo, hi, scale, w.data(), s.L,
-             out, next);
+      if (next.k == own.k) next = Next{};  // the same keys (a prefill's next tile): in cache
+      attend(q, n, own.k, s.ks2, own.v, s.vs2, lo, hi, scale, w.data(), s.L, out, next);
     }
   });
 }
 
 }  // namespace
+
+void write_positions(float* cache, const int64_t* cs, const float* src, const int64_t* ss,
+                     int64_t B, int64_t T, int64_t Hkv, int64_t D, const int64_t* rows,
+                     const int64_t* starts, int64_t start) {
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t row = rows ? rows[b] : b, first = starts ? starts[b] : start;
+    for (int64_t g = 0; g < Hkv; ++g)
+      for (int64_t t = 0; t < T; ++t)
+        std::memcpy(cache + row * cs[0] + g * cs[1] + (first + t) * cs[2],
+                    src + b * ss[0] + g * ss[1] + t * ss[2],
+                    static_cast<size_t>(D) * sizeof(float));
+  }
+}
 
 // A prefill's positions of one head share each key load (attend_tile). At one position (a
 // decode step) the query heads that share a key and value head (grouped-query attention) go

@@ -72,17 +72,10 @@ void decoder_block(const BlockArgs& a, float* out, int64_t threads) {
   rotary(qkv, xs, a.cos, a.sin, a.cos_stride, qk, a.B, a.T, H + Hkv, D, a.R);
 
   // the new keys (rotated) and values at each row's positions of its cache row
-  for (int64_t b = 0; b < a.B; ++b) {
-    const int64_t row = a.rows ? a.rows[b] : b, first = a.starts ? a.starts[b] : a.start;
-    for (int64_t t = 0; t < a.T; ++t)
-      for (int64_t g = 0; g < Hkv; ++g) {
-        const int64_t m = b * a.T + t;
-        std::memcpy(a.cache_k + row * a.ks[0] + g * a.ks[1] + (first + t) * a.ks[2],
-                    qk + (m * (H + Hkv) + H + g) * D, static_cast<size_t>(D) * sizeof(float));
-        std::memcpy(a.cache_v + row * a.vs[0] + g * a.vs[1] + (first + t) * a.vs[2],
-                    qkv + m * W + (H + Hkv + g) * D, static_cast<size_t>(D) * sizeof(float));
-      }
-  }
+  const int64_t ks[3] = {a.T * (H + Hkv) * D, D, (H + Hkv) * D}, vs[3] = {a.T * W, D, W};
+  write_positions(a.cache_k, a.ks, qk + H * D, ks, a.B, a.T, Hkv, D, a.rows, a.starts, a.start);
+  write_positions(a.cache_v, a.vs, qkv + (H + Hkv) * D, vs, a.B, a.T, Hkv, D, a.rows, a.starts,
+                  a.start);
   AttentionShape s{};
   s.B = a.B, s.H = H, s.Hkv = Hkv, s.T = a.T, s.D = D;
   s.L = a.rows ? a.L : a.start + a.T;  // a ragged step reads each row up to its own position

@@ -96,6 +96,13 @@ struct AttentionShape {
 void causal_attention(const float* q, const float* k, const float* v, float* y,
                       const AttentionShape& s, float scale, int64_t threads);
 
+// New keys or values into a cache [N, Hkv, L, D] (strides cs): src's (b, head, t) line (strides
+// ss, D contiguous) goes to cache row rows[b] (b itself without rows) at position starts[b]
+// (start without starts) + t, for B rows, T positions and Hkv heads
+void write_positions(float* cache, const int64_t* cs, const float* src, const int64_t* ss,
+                     int64_t B, int64_t T, int64_t Hkv, int64_t D, const int64_t* rows,
+                     const int64_t* starts, int64_t start);
+
 // One pre-norm block with rotary attention and a gated MLP (Llama's, Mistral's, Qwen2's) for
 // x [B, T, d] (contiguous), op for op and in the order of transformer.py's _ops_block, so its
 // bits: RMSNorm, the fused q, k, v product, rotary on the q and k heads, the new keys and

@@ -281,15 +281,12 @@ at::Tensor ragged_attention(const at::Tensor& q, at::Tensor& k, at::Tensor& v,
   const int64_t* start = starts.data_ptr<int64_t>();
   float* kp = k.data_ptr<float>();
   float* vp = v.data_ptr<float>();
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t h = 0; h < Hkv; ++h) {
-      const int64_t at = row[b] * k.stride(0) + h * k.stride(1) + start[b] * k.stride(2);
-      const int64_t av = row[b] * v.stride(0) + h * v.stride(1) + start[b] * v.stride(2);
-      std::memcpy(kp + at, k_new.data_ptr<float>() + b * k_new.stride(0) + h * k_new.stride(1),
-                  static_cast<size_t>(D) * sizeof(float));
-      std::memcpy(vp + av, v_new.data_ptr<float>() + b * v_new.stride(0) + h * v_new.stride(1),
-                  static_cast<size_t>(D) * sizeof(float));
-    }
+  const int64_t ks[3] = {k.stride(0), k.stride(1), k.stride(2)};
+  const int64_t vs[3] = {v.stride(0), v.stride(1), v.stride(2)};
+  const int64_t kn[3] = {k_new.stride(0), k_new.stride(1), k_new.stride(2)};
+  const int64_t vn[3] = {v_new.stride(0), v_new.stride(1), v_new.stride(2)};
+  sw::write_positions(kp, ks, k_new.data_ptr<float>(), kn, B, 1, Hkv, D, row, start, 0);
+  sw::write_positions(vp, vs, v_new.data_ptr<float>(), vn, B, 1, Hkv, D, row, start, 0);
   auto y = at::empty({B, H, 1, D}, q.options());
   sw::AttentionShape shape{};
   shape.B = B, shape.H = H, shape.Hkv = Hkv, shape.T = 1, shape.L = L, shape.D = D;
