@@ -158,7 +158,7 @@ class Engine:
         started = time.perf_counter()
         prompt, plan = self.plan(request)  # raises before any work
         frame = None
-        for frame in self._stream(request, prompt, plan, cancel):  # noqa: B007
+        for frame in self._stream(request, prompt, plan, cancel, every_step=False):  # noqa: B007
             pass
         elapsed = time.perf_counter() - started
         stats = {"seconds": elapsed, "steps": frame.step if frame else 0}
@@ -540,7 +540,9 @@ class Engine:
     def _encode(self, request: SteerRequest) -> EncodedPrompt:
         return self.tokenizer.encode(request.prompt, self.model.runtime.cfg.max_context - 1)
 
-    def _stream(self, request, prompt, plan, cancel) -> Iterator[Frame]:
+    def _stream(self, request, prompt, plan, cancel, every_step: bool = True) -> Iterator[Frame]:
+        """A ``Frame`` after every decode step (``every_step``), else only the last one: a
+        caller that waits for the end skips re-decoding every row's text at every token."""
         decoder = self.decoder
         cached = None
         if "DEFAULT" in plan.labels:
@@ -559,6 +561,8 @@ class Engine:
         for step_out in decoder.rows(prompt.ids, rows, request.sampling, cancel):
             step += 1
             got.add(step_out)
+            if not every_step:
+                continue
             for r, label in enumerate(labels):
                 stop = "eos" if step_out.done[r] else ""
                 outputs[label] = decoder.completion(got.ids[r], stop, got.probs[r], rows[r].gates)
