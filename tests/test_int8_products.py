@@ -54,12 +54,13 @@ def test_the_products_follow_their_formula(name):
 
 @pytest.mark.parametrize("name", TYPES)
 def test_every_row_count_gives_each_row_its_solo_bits(name):
-    """Rows tile in fours: 1-64 rows, each row alone, in another order, at any position."""
+    """Rows tile in even groups of up to 6 (5 rows one tile, 17 rows 6 + 6 + 5): 1-64 rows,
+    each row alone, in another order, at any position."""
     k = 128 * quant.WEIGHTS[name] // quant.QK
     raw = random_blocks(name, 50, k, seed=4)
     x = torch.randn(64, k, generator=torch.Generator().manual_seed(2))
     solo = torch.cat([product(x[i : i + 1], raw, name) for i in range(64)])
-    for rows in (2, 3, 4, 5, 7, 12, 13, 64):
+    for rows in (2, 3, 4, 5, 6, 7, 11, 12, 13, 17, 64):
         assert torch.equal(product(x[:rows], raw, name), solo[:rows]), rows
     order = torch.randperm(64, generator=torch.Generator().manual_seed(3))
     assert torch.equal(product(x[order], raw, name), solo[order])
