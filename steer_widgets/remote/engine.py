@@ -276,7 +276,7 @@ class RemoteEngine(Engine, kind="remote"):
         return prompt, plan
 
     # -- generation: one request per output, streamed concurrently ------------------------
-    def _stream(self, request, prompt, plan, cancel) -> Iterator[Frame]:
+    def _stream(self, request, prompt, plan, cancel, every_step: bool = True) -> Iterator[Frame]:
         decoder = self.decoder
         outputs = {label: Completion("", ()) for label in plan.labels}
         cached = None
@@ -293,8 +293,9 @@ class RemoteEngine(Engine, kind="remote"):
             streams = _Streams(self.client, bodies, token)
             try:
                 for label, ids in streams.tokens():
-                    outputs[label] = decoder.completion(ids, "")
-                    yield Frame(ordered(outputs, plan.labels), streams.step)
+                    if every_step:
+                        outputs[label] = decoder.completion(ids, "")
+                        yield Frame(ordered(outputs, plan.labels), streams.step)
             except RemoteError as err:  # keep every token already received
                 finals = self._finals(streams, wanted, cut="error")
                 err.outputs = ordered({**outputs, **finals}, plan.labels)
