@@ -346,8 +346,8 @@ def test_a_generation_runs_one_forward_pass_per_token_after_the_prompt(engine, s
 
 def test_steer_decodes_each_output_text_once(engine, sources):
     """``steer`` waits for the end, so it turns each output's tokens into text once, not
-    after every token as a stream must (that cost a sweep of 5 about 4% of its time), and
-    its texts equal the stream's last frame."""
+    after every token as a stream must (docs/benchmarks.md has what that cost), and its
+    texts equal the stream's last frame."""
     tokenizer = engine.decoder.tokenizer
     real, calls = tokenizer.decode, []
 
