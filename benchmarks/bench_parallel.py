@@ -22,7 +22,14 @@ rows' noise is drawn beforehand, as the pool draws it while the model runs: the 
 draws decoding queues for the native pass (which takes their logarithms only where a token
 can win), Exp(1) values for the Python path.
 
-Every figure for both ``products`` settings (``int8_*``), but the vocabulary pass.
+``ragged_attention_ms``: the attention of one decode step, every layer (keys and values
+streamed from memory, as in a step), for the 16 rows of the ragged batch at its prompts'
+lengths (``ragged``) against the same 16 rows at one length with the same keys in all
+(``even``): ``ratio`` near 1 says the threads share a ragged step's keys as evenly as an even
+one's.
+
+Every figure for both ``products`` settings (``int8_*``), but the vocabulary pass and the
+ragged attention (neither depends on the products).
 """
 
 from __future__ import annotations
@@ -47,6 +54,7 @@ def run() -> dict:
         **figures,
         **{f"int8_{k}": v for k, v in int8.items()},
         "vocab_pass_ms_per_row": vocab_pass_ms_per_row(figures["vocab_size"]),
+        "ragged_attention_ms": ragged_attention_ms(sw.Engine.default()),
     }
 
 
@@ -210,6 +218,47 @@ def vocab_pass_ms_per_row(vocab: int, repeats: int = 200) -> dict[str, dict[str,
         case = f"{rows}_rows_{'greedy' if temperature == 0 else 'sampled'}"
         out[case] = {k: round(v, 3) for k, v in best.items()}
         out[case]["speedup"] = round(best["rows_alone"] / best["native"], 2)
+    return out
+
+
+def ragged_attention_ms(engine, repeats: int = 60) -> dict[str, float]:
+    """Best-decile ms of every layer's ragged attention for the ragged batch's 16 rows (each
+    request's two rows at its prompt's length) and for 16 rows of one length, the same keys
+    in all; random keys and values, one cache per layer."""
+    import torch
+
+    from steer_widgets.runtime import native
+
+    if native.extension() is None:
+        return {"skipped": "the native kernel did not build here"}
+    cfg, op = engine.model.runtime.cfg, native.op("ragged_attention")
+    source = engine.saes.sources()[len(engine.saes.sources()) // 2]
+    lengths = [len(engine.plan(r)[0].ids) for r in ragged_requests(source).values()]
+    ragged = [n for n in lengths for _ in range(2)]
+    cases = {"ragged": ragged, "even": [sum(ragged) // len(ragged)] * len(ragged)}
+    gen, rows = torch.Generator().manual_seed(0), len(ragged)
+    shape = (rows, cfg.n_kv_heads, max(ragged) + 1, cfg.d_head)
+    caches = [
+        (torch.randn(*shape, generator=gen), torch.randn(*shape, generator=gen))
+        for _ in range(cfg.n_layers)
+    ]
+    q = torch.randn(rows, cfg.n_heads, 1, cfg.d_head, generator=gen)
+    new_kv = torch.randn(2, rows, cfg.n_kv_heads, 1, cfg.d_head, generator=gen)
+    out = {}
+    for name, positions in cases.items():
+        starts, order = torch.tensor(positions), torch.arange(rows)
+
+        def step(starts=starts, order=order) -> None:
+            for k, v in caches:
+                op(q, k, v, new_kv[0], new_kv[1], cfg.d_head**-0.5, order, starts, 0)
+
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            step()
+            times.append(time.perf_counter() - start)
+        out[name] = round(1000 * sorted(times)[repeats // 10], 3)
+    out["ratio"] = round(out["ragged"] / out["even"], 3)
     return out
 
 

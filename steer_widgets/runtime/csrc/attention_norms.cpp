@@ -160,6 +160,28 @@ constexpr auto kAttendTiles = attend_tiles(std::make_integer_sequence<int, kMaxH
 
 namespace {
 
+// Task boundaries that split [0, n) into up to `parts` contiguous ranges of about equal cost
+// (cost(i): task i's keys): a ragged step's rows read from a few keys to a long prompt's
+// hundreds, so an even count of tasks a thread left one thread with most of the keys.
+// Which thread runs a task changes nothing in it.
+template <typename Cost>
+std::vector<int64_t> even_cuts(int64_t n, int64_t parts, const Cost& cost) {
+  std::vector<int64_t> ends(static_cast<size_t>(n));
+  int64_t total = 0;
+  for (int64_t i = 0; i < n; ++i) ends[static_cast<size_t>(i)] = total += 1 + cost(i);
+  std::vector<int64_t> cuts{0};
+  for (int64_t p = 1; p < parts; ++p) {
+    // the task that crosses this part's share of the cost goes where it overshoots less
+    const int64_t target = total * p / parts;
+    int64_t at = std::upper_bound(ends.begin(), ends.end(), target) - ends.begin();
+    const int64_t before = at > 0 ? ends[static_cast<size_t>(at - 1)] : 0;
+    if (at < n && ends[static_cast<size_t>(at)] - target < target - before) ++at;
+    if (at > cuts.back() && at < n) cuts.push_back(at);
+  }
+  cuts.push_back(n);
+  return cuts;
+}
+
 // causal_attention's work as tasks: for each row, `units` groups of `per_unit` queries (query
 // j of unit u is head and position query(u, j), every query of a unit on one key head), in
 // tiles of up to kQueryTile queries that attend_tile takes together.
@@ -182,7 +204,13 @@ void attend_tasks(const float* qp, const float* kp, const float* vp, float* yp,
     const int64_t lo = s.window > 0 ? std::max<int64_t>(0, hi - s.window) : 0;
     return Next{kp + kb * s.ks0 + g * s.ks1, vp + kb * s.vs0 + g * s.vs1, lo, hi - lo};
   };
-  parallel_for(threads, 0, s.B * units * tiles, grain, [&](int64_t i0, int64_t i1) {
+  const int64_t tasks = s.B * units * tiles;
+  const std::vector<int64_t> cuts =
+      even_cuts(tasks, std::min(threads, (tasks + grain - 1) / grain),
+                [&](int64_t i) { return keys_of(i).n; });
+  const int64_t parts = static_cast<int64_t>(cuts.size()) - 1;
+  parallel_for(threads, 0, parts, 1, [&](int64_t p0, int64_t p1) {
+    const int64_t i0 = cuts[static_cast<size_t>(p0)], i1 = cuts[static_cast<size_t>(p1)];
     std::vector<float> w(static_cast<size_t>(kQueryTile * s.L));
     for (int64_t i = i0; i < i1; ++i) {
       const int64_t j0 = (i % tiles) * kQueryTile, bu = i / tiles, b = bu / units, u = bu % units;
