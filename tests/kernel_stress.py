@@ -141,17 +141,20 @@ def _vocab_pass(logits: torch.Tensor, noise: torch.Tensor, temps: list[float]) -
     return torch.cat([p.double().flatten() for p in parts])
 
 
+F32, F16 = torch.float32, torch.float16  # a float32 cache, and products="int8"'s half one
+
+
 def ragged_calls(gen: torch.Generator, rng: random.Random) -> dict[str, Call]:
     """Ragged decode steps: some rows of a cache, in any order, each at its own position."""
     calls: dict[str, Call] = {}
-    for cache_rows in (1, 3, 8, 16):
-        kv = torch.randn(2, cache_rows, 3, 320, 64, generator=gen)
+    for cache_rows, dtype in ((1, F32), (3, F32), (8, F32), (16, F32), (8, F16), (16, F16)):
+        kv = torch.randn(2, cache_rows, 3, 320, 64, generator=gen).to(dtype)
         for window in (0, 8):
             b = rng.randint(1, cache_rows)
             rows = torch.tensor(rng.sample(range(cache_rows), b), dtype=torch.long)
             positions = torch.tensor([rng.randrange(300) for _ in range(b)], dtype=torch.long)
             q = torch.randn(b, 9, 1, 64, generator=gen)
-            calls[f"ragged_attention c{cache_rows} b{b} w{window}"] = Ragged(
+            calls[f"ragged_attention c{cache_rows} b{b} w{window} {dtype}"] = Ragged(
                 q, kv, rows, positions, window
             )
     return calls
@@ -171,8 +174,9 @@ def block_calls(gen: torch.Generator) -> dict[str, Call]:
 
 class Block:
     """A random pre-norm block (d 128, 4 query and 2 key-value heads of 32, MLP 256) whose
-    products are float32 blocks (kind 0) or Q4_1 blocks times int8 codes (kind 2); each call
-    writes a fresh copy of one cache, so every call computes the same thing."""
+    products are float32 blocks (kind 0) or Q4_1 blocks times int8 codes (kind 2, with a half
+    cache as products="int8" keeps); each call writes a fresh copy of one cache, so every call
+    computes the same thing."""
 
     def __init__(self, gen: torch.Generator, kind: int) -> None:
         d, heads, kv, dh, ff = 128, 4, 2, 32, 256
@@ -187,7 +191,7 @@ class Block:
             for column, value in zip(self.products, (packed, kind, qtype, n, None), strict=True):
                 column.append(value)
         self.norms = torch.rand(2, d, generator=gen) + 0.5
-        self.cache = torch.randn(2, 4, kv, 16, dh, generator=gen)
+        self.cache = torch.randn(2, 4, kv, 16, dh, generator=gen).to(F16 if kind else F32)
         self.x = torch.randn(4, 8, d, generator=gen)
         self.rope = torch.randn(2, 8, dh, generator=gen)
         self.heads = heads, kv
@@ -201,7 +205,7 @@ class Block:
             self.x[:b, :t], self.norms[0], self.norms[1], *self.products, cos.contiguous(),
             sin.contiguous(), k, v, start, 0, 1e-5, *self.heads, 32**-0.5, rows, starts,
         )  # fmt: skip
-        return torch.cat([out.flatten(), k.flatten(), v.flatten()])
+        return torch.cat([out.flatten(), k.flatten().float(), v.flatten().float()])
 
 
 class Ragged:
@@ -214,7 +218,7 @@ class Ragged:
         self.q, self.kv, self.rows, self.positions, self.window = q, kv, rows, positions, window
         # the step's own keys and values: what the cache holds there (the write is checked in
         # test_ragged.py), so every call reads the same cache
-        self.new = [c[rows, :, positions].unsqueeze(2) for c in kv]  # k, v: [b, Hkv, 1, D]
+        self.new = [c[rows, :, positions].unsqueeze(2).float() for c in kv]  # [b, Hkv, 1, D]
 
     def __call__(self) -> torch.Tensor:
         k, v = self.kv

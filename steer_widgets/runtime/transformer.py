@@ -164,6 +164,7 @@ class KVCache(RowLengths):
     """Preallocated keys and values for a fixed number of rows, one tensor per layer on that
     layer's device; rows never change shape. Each row has its own length (``lengths``): rows
     of different prompts decode side by side, each at its own position (a ragged batch).
+    The runtime's ``cache_dtype``: float32, or float16 with ``products="int8"``.
 
     The tensors are left unfilled: attention reads a row's keys only up to its own position,
     all written first. Zero-filling them was a parallel OpenMP fill per layer that stalled
@@ -293,6 +294,11 @@ class Transformer:
             self._causal_attention = native.op("causal_attention")
             self._ragged_attention_op = native.op("ragged_attention")
         self._native_attention = self._native_ops and native.reads_heads_of(cfg.d_head)
+        # products="int8" keeps keys and values as halves, as llama.cpp does: half the cache's
+        # memory and its reads, and the native attention widens them exactly as it loads
+        # them; every route (cached or not) attends to the values the cache holds
+        half = products == "int8" and self._native_attention and cfg.attn_softcap is None
+        self.cache_dtype = torch.float16 if half else dtype
         self._attn_scale = cfg.attn_scale or cfg.d_head**-0.5
         # per block, decoder_block's products where it computes that block in one call
         self._fused = [self._block_products(layer) for layer in self.layers]
@@ -441,7 +447,7 @@ class Transformer:
         return lambda *args, **kw: raw(shadow, *args, **kw)
 
     def new_cache(self, rows: int, length: int) -> KVCache:
-        return KVCache(self.cfg, rows, length, self.layer_devices, self.dtype)
+        return KVCache(self.cfg, rows, length, self.layer_devices, self.cache_dtype)
 
     resumes = True  # forward can continue from a residual (runtime.Runtime.resumes)
     ragged = True  # forward takes rows at positions of their own (runtime.Runtime.ragged)
@@ -715,6 +721,10 @@ class Transformer:
                 cache.k[i][:, :, start : start + t] = k
                 cache.v[i][:, :, start : start + t] = v
                 k, v = cache.k[i][:, :, : start + t], cache.v[i][:, :, : start + t]
+                if not self._native_attention:  # torch's attention reads the model's dtype
+                    k, v = k.to(self.dtype), v.to(self.dtype)
+            elif self.cache_dtype != self.dtype:  # no cache: the values one would hold
+                k, v = _held(k, self.cache_dtype), _held(v, self.cache_dtype)
             z = self._chunked(
                 "attention", lambda q, k, v: self._attend(q, k, v, start, window), q, k, v
             )
@@ -736,7 +746,7 @@ class Transformer:
         cache_v[rows, :, positions] = v[:, :, 0]
         parts = []
         for b, (r, p) in enumerate(zip(step.rows, step.positions, strict=True)):
-            k_r, v_r = cache_k[r : r + 1, :, : p + 1], cache_v[r : r + 1, :, : p + 1]
+            k_r, v_r = (c[r : r + 1, :, : p + 1].to(q.dtype) for c in (cache_k, cache_v))
             parts.append(self._attend(q[b : b + 1], k_r, v_r, p, window))
         return torch.cat(parts)
 
@@ -775,6 +785,14 @@ class Transformer:
                 enable_gqa=True,
             )
         return _softcapped_attention(q, k, v, mask, causal, self.cfg.attn_scale, cap)
+
+
+def _held(x: Tensor, dtype: torch.dtype) -> Tensor:
+    """``x`` as a cache of ``dtype`` holds it (rounded to it, back in ``x``'s dtype), for a
+    pass without a cache; under autograd the rounding passes the gradient through unchanged
+    (its value is exactly the rounded one: x + (r - x) is r, r - x being exact so close to x)."""
+    held = x.to(dtype).to(x.dtype)
+    return x + (held - x).detach() if x.requires_grad else held
 
 
 def _rotate(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:

@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "exp_lanes.h"
+#include "half.h"
 #include "kernels.h"
 #include "mt_uniform.h"
 #include "noise_queue.h"
@@ -48,6 +49,7 @@ struct Case {
   std::vector<uint8_t> qw;
   sw::AttentionShape shape;
   std::vector<int64_t> rows, starts;  // a ragged step: each q row's cache row and position
+  std::vector<uint16_t> hw;  // attention over a half cache (products="int8"): w as halves
   std::vector<float> want;
   std::shared_ptr<struct Block> block;  // kind 5
 };
@@ -133,7 +135,12 @@ void run_case(const Case& c, std::vector<float>& y, int64_t threads) {
     const float* v = k + c.w.size() / 2;
     sw::AttentionShape shape = c.shape;
     if (!c.rows.empty()) shape.rows = c.rows.data(), shape.starts = c.starts.data();
-    sw::causal_attention(q, k, v, y.data(), shape, 0.125f, threads);
+    if (c.hw.empty()) {
+      sw::causal_attention(q, k, v, y.data(), shape, 0.125f, threads);
+    } else {
+      const uint16_t* hk = c.hw.data();
+      sw::causal_attention(q, hk, hk + c.hw.size() / 2, y.data(), shape, 0.125f, threads);
+    }
   }
 }
 
@@ -203,8 +210,9 @@ std::vector<Case> build(std::mt19937& rng) {
     for (int64_t window : {0, 16}) {
       const int64_t H = 9, Hkv = 3, D = 64, L = 300;
       const int64_t B = 1 + static_cast<int64_t>(rng() % C);
+      const bool half = C >= 8 && window == 0;  // a half cache (products="int8")
       Case a{"ragged c" + std::to_string(C) + " b" + std::to_string(B) + " w" +
-                 std::to_string(window),
+                 std::to_string(window) + (half ? " half" : ""),
              2, B, 0, 0, 0};
       for (int64_t r = 0; r < C; ++r) a.rows.push_back(C - 1 - r);  // rows out of order
       a.rows.resize(B);
@@ -217,6 +225,8 @@ std::vector<Case> build(std::mt19937& rng) {
       s.start = 0, s.window = window;
       a.x = randn(rng, B * H * D);
       a.w = randn(rng, 2 * C * Hkv * L * D);
+      if (half)
+        for (const float f : a.w) a.hw.push_back(sw::float_to_half(f));
       a.N = H * D;
       cases.push_back(std::move(a));
     }

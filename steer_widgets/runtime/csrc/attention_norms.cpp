@@ -66,14 +66,19 @@ constexpr int kQueryTile = 4;  // query positions of one head that share each ke
 // at a time while this task reads its own, so the next one starts on keys already in cache.
 // A task's keys are a few kilobytes, over before the hardware prefetcher has followed them,
 // and every task began with a stall on its first keys (docs/benchmarks.md).
+template <typename E>  // float, or uint16_t: a half-precision cache (products="int8")
 struct Next {
-  const float* k = nullptr;
-  const float* v = nullptr;
+  const E* k = nullptr;
+  const E* v = nullptr;
   int64_t first = 0, n = 0;  // its keys [first, first + n) (n = 0: nothing to fetch)
 };
 
-inline void fetch_key(const float* p, int lines) {
-  for (int c = 0; c < lines; ++c) __builtin_prefetch(p + c * kBlock, 0, 3);
+// the cache lines of one key (or value) of C blocks
+template <typename E>
+inline void fetch_key(const E* p, int C) {
+  const auto* bytes = reinterpret_cast<const char*>(p);
+  for (int64_t at = 0; at < C * kBlock * static_cast<int64_t>(sizeof(E)); at += 64)
+    __builtin_prefetch(bytes + at, 0, 3);
 }
 
 // Up to kQueryTile query positions of one (row, head), each attending keys [lo[p], hi[p]) of the
@@ -84,11 +89,12 @@ inline void fetch_key(const float* p, int lines) {
 // the tile (a long prefill read each key once per position before). hi rises with p and so
 // does lo, so [max lo, min hi) is shared and each position's own keys lie before and after
 // it, which keeps every position's key order. SDPA's flash kernel pays tiles, buffers and a
-// thread team for a 1 x L product (docs/benchmarks.md).
-template <int C>
-void attend_tile(const float* const* q, int n, const float* k, int64_t ks, const float* v,
-                 int64_t vs, const int64_t* lo, const int64_t* hi, float sc, float* w,
-                 int64_t wn, float* const* out, const Next& next) {
+// thread team for a 1 x L product (docs/benchmarks.md). Half-precision keys and values
+// are widened exactly as they load, so the arithmetic is the float32 cache's.
+template <typename E, int C>
+void attend_tile(const float* const* q, int n, const E* k, int64_t ks, const E* v, int64_t vs,
+                 const int64_t* lo, const int64_t* hi, float sc, float* w, int64_t wn,
+                 float* const* out, const Next<E>& next) {
   int64_t clo = lo[n - 1], chi = hi[0];  // the keys every position attends
   if (clo >= chi) clo = chi = std::numeric_limits<int64_t>::max();  // none: each its own
   Vec qv[kQueryTile][C];
@@ -147,14 +153,17 @@ void attend_tile(const float* const* q, int n, const float* k, int64_t ks, const
   }
 }
 
-using TileFn = void (*)(const float* const*, int, const float*, int64_t, const float*, int64_t,
+template <typename E>
+using TileFn = void (*)(const float* const*, int, const E*, int64_t, const E*, int64_t,
                         const int64_t*, const int64_t*, float, float*, int64_t, float* const*,
-                        const Next&);
-template <int... Cs>
-constexpr std::array<TileFn, sizeof...(Cs)> attend_tiles(std::integer_sequence<int, Cs...>) {
-  return {attend_tile<Cs + 1>...};
+                        const Next<E>&);
+template <typename E, int... Cs>
+constexpr std::array<TileFn<E>, sizeof...(Cs)> attend_tiles(std::integer_sequence<int, Cs...>) {
+  return {attend_tile<E, Cs + 1>...};
 }
-constexpr auto kAttendTiles = attend_tiles(std::make_integer_sequence<int, kMaxHead / kBlock>{});
+template <typename E>
+constexpr auto kAttendTiles =
+    attend_tiles<E>(std::make_integer_sequence<int, kMaxHead / kBlock>{});
 
 }  // namespace
 
@@ -185,12 +194,12 @@ std::vector<int64_t> even_cuts(int64_t n, int64_t parts, const Cost& cost) {
 // causal_attention's work as tasks: for each row, `units` groups of `per_unit` queries (query
 // j of unit u is head and position query(u, j), every query of a unit on one key head), in
 // tiles of up to kQueryTile queries that attend_tile takes together.
-template <typename Query>
-void attend_tasks(const float* qp, const float* kp, const float* vp, float* yp,
-                  const AttentionShape& s, float scale, int64_t threads, int64_t units,
-                  int64_t per_unit, const Query& query) {
+template <typename E, typename Query>
+void attend_tasks(const float* qp, const E* kp, const E* vp, float* yp, const AttentionShape& s,
+                  float scale, int64_t threads, int64_t units, int64_t per_unit,
+                  const Query& query) {
   const int64_t group = s.H / s.Hkv, tiles = (per_unit + kQueryTile - 1) / kQueryTile;
-  const TileFn attend = kAttendTiles[s.D / kBlock - 1];
+  const TileFn<E> attend = kAttendTiles<E>[s.D / kBlock - 1];
   // below ~64k multiply-adds per thread, starting threads costs more than it saves
   const int64_t work = 2 * s.L * s.D * std::min<int64_t>(per_unit, kQueryTile);
   const int64_t grain = std::max<int64_t>(1, (int64_t{1} << 16) / std::max<int64_t>(1, work));
@@ -202,7 +211,7 @@ void attend_tasks(const float* qp, const float* kp, const float* vp, float* yp,
     const int64_t last = std::min<int64_t>(per_unit, j0 + kQueryTile) - 1;
     const int64_t hi = start + query(u, last).second + 1;
     const int64_t lo = s.window > 0 ? std::max<int64_t>(0, hi - s.window) : 0;
-    return Next{kp + kb * s.ks0 + g * s.ks1, vp + kb * s.vs0 + g * s.vs1, lo, hi - lo};
+    return Next<E>{kp + kb * s.ks0 + g * s.ks1, vp + kb * s.vs0 + g * s.vs1, lo, hi - lo};
   };
   const int64_t tasks = s.B * units * tiles;
   const std::vector<int64_t> cuts =
@@ -226,9 +235,9 @@ void attend_tasks(const float* qp, const float* kp, const float* vp, float* yp,
         q[p] = qp + b * s.qs0 + h * s.qs1 + t * s.qs2;
         out[p] = yp + ((b * s.H + h) * s.T + t) * s.D;
       }
-      const Next own = keys_of(i);
-      Next next = i + 1 < i1 ? keys_of(i + 1) : Next{};
-      if (next.k == own.k) next = Next{};  // the same keys (a prefill's next tile): in cache
+      const Next<E> own = keys_of(i);
+      Next<E> next = i + 1 < i1 ? keys_of(i + 1) : Next<E>{};
+      if (next.k == own.k) next = Next<E>{};  // the same keys (a prefill's next tile): in cache
       attend(q, n, own.k, s.ks2, own.v, s.vs2, lo, hi, scale, w.data(), s.L, out, next);
     }
   });
@@ -236,16 +245,46 @@ void attend_tasks(const float* qp, const float* kp, const float* vp, float* yp,
 
 }  // namespace
 
-void write_positions(float* cache, const int64_t* cs, const float* src, const int64_t* ss,
-                     int64_t B, int64_t T, int64_t Hkv, int64_t D, const int64_t* rows,
-                     const int64_t* starts, int64_t start) {
+namespace {
+
+// D floats as halves (D a multiple of 16), each rounded as float_to_half rounds it: the
+// vector conversions round to nearest even as it does, and a line holding a NaN takes the
+// scalar path, so every build stores the same halves
+void to_halves(const float* src, uint16_t* dst, int64_t D) {
+  int64_t i = 0;
+#if defined(__AVX512F__)
+  for (; i + kBlock <= D; i += kBlock) {
+    const __m512 x = _mm512_loadu_ps(src + i);
+    if (_mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q)) break;
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i),
+                        _mm512_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+#elif defined(__F16C__)
+  for (; i + 8 <= D; i += 8) {
+    const __m256 x = _mm256_loadu_ps(src + i);
+    if (_mm256_movemask_ps(_mm256_cmp_ps(x, x, _CMP_UNORD_Q))) break;
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + i),
+                     _mm256_cvtps_ph(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+#endif
+  for (; i < D; ++i) dst[i] = float_to_half(src[i]);
+}
+
+void copy_line(const float* src, float* dst, int64_t D) {
+  std::memcpy(dst, src, static_cast<size_t>(D) * sizeof(float));
+}
+void copy_line(const float* src, uint16_t* dst, int64_t D) { to_halves(src, dst, D); }
+
+template <typename E>
+void write_lines(E* cache, const int64_t* cs, const float* src, const int64_t* ss, int64_t B,
+                 int64_t T, int64_t Hkv, int64_t D, const int64_t* rows, const int64_t* starts,
+                 int64_t start) {
   for (int64_t b = 0; b < B; ++b) {
     const int64_t row = rows ? rows[b] : b, first = starts ? starts[b] : start;
     for (int64_t g = 0; g < Hkv; ++g)
       for (int64_t t = 0; t < T; ++t)
-        std::memcpy(cache + row * cs[0] + g * cs[1] + (first + t) * cs[2],
-                    src + b * ss[0] + g * ss[1] + t * ss[2],
-                    static_cast<size_t>(D) * sizeof(float));
+        copy_line(src + b * ss[0] + g * ss[1] + t * ss[2],
+                  cache + row * cs[0] + g * cs[1] + (first + t) * cs[2], D);
   }
 }
 
@@ -254,8 +293,9 @@ void write_positions(float* cache, const int64_t* cs, const float* src, const in
 // through attend_tile together instead, so each of the group's keys and values is read once,
 // not once a head. Either way every query keeps its own arithmetic (attend_tile): the bits of
 // each head and position alone.
-void causal_attention(const float* qp, const float* kp, const float* vp, float* yp,
-                      const AttentionShape& s, float scale, int64_t threads) {
+template <typename E>
+void attend(const float* qp, const E* kp, const E* vp, float* yp, const AttentionShape& s,
+            float scale, int64_t threads) {
   const int64_t group = s.H / s.Hkv;
   using HeadAt = std::pair<int64_t, int64_t>;  // (query head, position)
   if (s.T == 1 && group > 1)
@@ -264,6 +304,30 @@ void causal_attention(const float* qp, const float* kp, const float* vp, float* 
   else
     attend_tasks(qp, kp, vp, yp, s, scale, threads, s.H, s.T,
                  [](int64_t u, int64_t j) { return HeadAt{u, j}; });
+}
+
+}  // namespace
+
+void write_positions(float* cache, const int64_t* cs, const float* src, const int64_t* ss,
+                     int64_t B, int64_t T, int64_t Hkv, int64_t D, const int64_t* rows,
+                     const int64_t* starts, int64_t start) {
+  write_lines(cache, cs, src, ss, B, T, Hkv, D, rows, starts, start);
+}
+
+void write_positions(uint16_t* cache, const int64_t* cs, const float* src, const int64_t* ss,
+                     int64_t B, int64_t T, int64_t Hkv, int64_t D, const int64_t* rows,
+                     const int64_t* starts, int64_t start) {
+  write_lines(cache, cs, src, ss, B, T, Hkv, D, rows, starts, start);
+}
+
+void causal_attention(const float* q, const float* k, const float* v, float* y,
+                      const AttentionShape& s, float scale, int64_t threads) {
+  attend(q, k, v, y, s, scale, threads);
+}
+
+void causal_attention(const float* q, const uint16_t* k, const uint16_t* v, float* y,
+                      const AttentionShape& s, float scale, int64_t threads) {
+  attend(q, k, v, y, s, scale, threads);
 }
 
 }  // namespace sw

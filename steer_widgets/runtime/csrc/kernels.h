@@ -93,13 +93,22 @@ struct AttentionShape {
   const int64_t* rows = nullptr;    // [B]: the K and V row of each q row (nullptr: b itself)
   const int64_t* starts = nullptr;  // [B]: each row's position (nullptr: start for every row)
 };
+//
+// Keys and values are float32, or halves (products="int8": a half-precision cache), widened
+// exactly as they load: the same arithmetic on the values the cache holds.
 void causal_attention(const float* q, const float* k, const float* v, float* y,
+                      const AttentionShape& s, float scale, int64_t threads);
+void causal_attention(const float* q, const uint16_t* k, const uint16_t* v, float* y,
                       const AttentionShape& s, float scale, int64_t threads);
 
 // New keys or values into a cache [N, Hkv, L, D] (strides cs): src's (b, head, t) line (strides
 // ss, D contiguous) goes to cache row rows[b] (b itself without rows) at position starts[b]
-// (start without starts) + t, for B rows, T positions and Hkv heads
+// (start without starts) + t, for B rows, T positions and Hkv heads; into a half cache each
+// value rounded to nearest even (half.h's float_to_half, torch's float16 conversion)
 void write_positions(float* cache, const int64_t* cs, const float* src, const int64_t* ss,
+                     int64_t B, int64_t T, int64_t Hkv, int64_t D, const int64_t* rows,
+                     const int64_t* starts, int64_t start);
+void write_positions(uint16_t* cache, const int64_t* cs, const float* src, const int64_t* ss,
                      int64_t B, int64_t T, int64_t Hkv, int64_t D, const int64_t* rows,
                      const int64_t* starts, int64_t start);
 
@@ -127,7 +136,8 @@ struct BlockArgs {
   const float *cos, *sin;  // [T, R], or [B, T, R] with cos_stride = T * R (a ragged step)
   int64_t cos_stride, R;
   int64_t H, Hkv, D;  // query heads, key and value heads, head size
-  float *cache_k, *cache_v;  // [N, Hkv, L, D], each position's D contiguous
+  void *cache_k, *cache_v;  // [N, Hkv, L, D], each position's D contiguous: float32 ...
+  bool half_cache = false;  // ... or halves (uint16_t)
   int64_t ks[3], vs[3], L;  // their first three strides and their length
   int64_t start, window;   // every row continues its cache row b at start ...
   const int64_t* rows = nullptr;    // ... or row b of x is at starts[b] of cache row rows[b]

@@ -197,18 +197,31 @@ at::Tensor rotary(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& 
   return y;
 }
 
+// whether keys and values k and v are halves (products="int8"'s cache) rather than float32;
+// either way both are the same type
+bool half_kv(const at::Tensor& k, const at::Tensor& v) {
+  TORCH_CHECK(k.scalar_type() == v.scalar_type() &&
+                  (k.scalar_type() == at::kFloat || k.scalar_type() == at::kHalf),
+              "the keys and values must both be float32 or both float16");
+  return k.scalar_type() == at::kHalf;
+}
+
+uint16_t* halves(const at::Tensor& t) {
+  return reinterpret_cast<uint16_t*>(t.data_ptr<at::Half>());
+}
+
 // Causal attention of T positions: q [B, H, T, D] over keys and values [B, Hkv, L, D] (each
 // position's D contiguous, any other strides: a slice of the KV cache or of a fused qkv is
 // read in place), H a multiple of Hkv (grouped-query heads share their group's keys), scale
 // applied to q.k. Query t sits at position start + t (start + T <= L) and attends the keys
-// up to it, the last `window` of them where window > 0. Returns [B, H, T, D].
+// up to it, the last `window` of them where window > 0. k and v may be halves (float16).
+// Returns [B, H, T, D].
 at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                             double scale, int64_t start, int64_t window) {
   TORCH_CHECK(q.dim() == 4 && k.dim() == 4 && v.sizes() == k.sizes(),
               "q must be [B, H, T, D], k and v [B, Hkv, L, D]");
-  TORCH_CHECK(q.scalar_type() == at::kFloat && k.scalar_type() == at::kFloat &&
-                  v.scalar_type() == at::kFloat,
-              "float32 only");
+  TORCH_CHECK(q.scalar_type() == at::kFloat, "q must be float32");
+  const bool half = half_kv(k, v);
   const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
   const int64_t Hkv = k.size(1), L = k.size(2);
   TORCH_CHECK(k.size(0) == B && k.size(3) == D && Hkv > 0 && H % Hkv == 0,
@@ -226,9 +239,13 @@ at::Tensor causal_attention(const at::Tensor& q, const at::Tensor& k, const at::
   shape.ks0 = k.stride(0), shape.ks1 = k.stride(1), shape.ks2 = k.stride(2);
   shape.vs0 = v.stride(0), shape.vs1 = v.stride(1), shape.vs2 = v.stride(2);
   shape.start = start, shape.window = window;
-  sw::causal_attention(q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(),
-                       y.data_ptr<float>(), shape, static_cast<float>(scale),
-                       threads_for_kernels());
+  const auto sc = static_cast<float>(scale);
+  if (half)
+    sw::causal_attention(q.data_ptr<float>(), halves(k), halves(v), y.data_ptr<float>(), shape,
+                         sc, threads_for_kernels());
+  else
+    sw::causal_attention(q.data_ptr<float>(), k.data_ptr<float>(), v.data_ptr<float>(),
+                         y.data_ptr<float>(), shape, sc, threads_for_kernels());
   return y;
 }
 
@@ -256,16 +273,17 @@ void check_ragged_rows(const at::Tensor& rows, const at::Tensor& starts, int64_t
 // row (the cache write of the step, here rather than as two index_put calls per layer), then
 // each row attends its keys up to its position (the last `window` where window > 0). Each
 // row's bits are those of the same row decoded alone (causal_attention with start =
-// starts[b]). Every argument is checked before anything is written.
+// starts[b]). k and v may be halves (float16), k_new and v_new float32 rounded into them.
+// Every argument is checked before anything is written.
 at::Tensor ragged_attention(const at::Tensor& q, at::Tensor& k, at::Tensor& v,
                             const at::Tensor& k_new, const at::Tensor& v_new, double scale,
                             const at::Tensor& rows, const at::Tensor& starts, int64_t window) {
   TORCH_CHECK(q.dim() == 4 && q.size(2) == 1 && k.dim() == 4 && v.sizes() == k.sizes(),
               "q must be [B, H, 1, D], k and v [N, Hkv, L, D]");
-  TORCH_CHECK(q.scalar_type() == at::kFloat && k.scalar_type() == at::kFloat &&
-                  v.scalar_type() == at::kFloat && k_new.scalar_type() == at::kFloat &&
+  TORCH_CHECK(q.scalar_type() == at::kFloat && k_new.scalar_type() == at::kFloat &&
                   v_new.scalar_type() == at::kFloat,
-              "float32 only");
+              "q, k_new and v_new must be float32");
+  const bool half = half_kv(k, v);
   const int64_t B = q.size(0), H = q.size(1), D = q.size(3);
   const int64_t N = k.size(0), Hkv = k.size(1), L = k.size(2);
   TORCH_CHECK(k.size(3) == D && Hkv > 0 && H % Hkv == 0 && window >= 0, "k and v do not fit q");
@@ -279,14 +297,10 @@ at::Tensor ragged_attention(const at::Tensor& q, at::Tensor& k, at::Tensor& v,
   check_ragged_rows(rows, starts, B, N, L);
   const int64_t* row = rows.data_ptr<int64_t>();
   const int64_t* start = starts.data_ptr<int64_t>();
-  float* kp = k.data_ptr<float>();
-  float* vp = v.data_ptr<float>();
   const int64_t ks[3] = {k.stride(0), k.stride(1), k.stride(2)};
   const int64_t vs[3] = {v.stride(0), v.stride(1), v.stride(2)};
   const int64_t kn[3] = {k_new.stride(0), k_new.stride(1), k_new.stride(2)};
   const int64_t vn[3] = {v_new.stride(0), v_new.stride(1), v_new.stride(2)};
-  sw::write_positions(kp, ks, k_new.data_ptr<float>(), kn, B, 1, Hkv, D, row, start, 0);
-  sw::write_positions(vp, vs, v_new.data_ptr<float>(), vn, B, 1, Hkv, D, row, start, 0);
   auto y = at::empty({B, H, 1, D}, q.options());
   sw::AttentionShape shape{};
   shape.B = B, shape.H = H, shape.Hkv = Hkv, shape.T = 1, shape.L = L, shape.D = D;
@@ -294,8 +308,16 @@ at::Tensor ragged_attention(const at::Tensor& q, at::Tensor& k, at::Tensor& v,
   shape.ks0 = k.stride(0), shape.ks1 = k.stride(1), shape.ks2 = k.stride(2);
   shape.vs0 = v.stride(0), shape.vs1 = v.stride(1), shape.vs2 = v.stride(2);
   shape.start = 0, shape.window = window, shape.rows = row, shape.starts = start;
-  sw::causal_attention(q.data_ptr<float>(), kp, vp, y.data_ptr<float>(), shape,
-                       static_cast<float>(scale), threads_for_kernels());
+  const auto write_and_attend = [&](auto* kp, auto* vp) {
+    sw::write_positions(kp, ks, k_new.data_ptr<float>(), kn, B, 1, Hkv, D, row, start, 0);
+    sw::write_positions(vp, vs, v_new.data_ptr<float>(), vn, B, 1, Hkv, D, row, start, 0);
+    sw::causal_attention(q.data_ptr<float>(), kp, vp, y.data_ptr<float>(), shape,
+                         static_cast<float>(scale), threads_for_kernels());
+  };
+  if (half)
+    write_and_attend(halves(k), halves(v));
+  else
+    write_and_attend(k.data_ptr<float>(), v.data_ptr<float>());
   return y;
 }
 
@@ -452,11 +474,11 @@ at::Tensor decoder_block(const at::Tensor& x_in, const at::Tensor& attn_norm,
               "four products: wqkv, wo, w_gate_up, w_down");
   TORCH_CHECK(x_in.dim() == 3 && cache_k.dim() == 4 && cache_v.sizes() == cache_k.sizes(),
               "x must be [B, T, d], the caches [B, Hkv, L, D]");
-  TORCH_CHECK(x_in.scalar_type() == at::kFloat && cache_k.scalar_type() == at::kFloat &&
-                  cache_v.scalar_type() == at::kFloat && attn_norm.scalar_type() == at::kFloat &&
+  TORCH_CHECK(x_in.scalar_type() == at::kFloat && attn_norm.scalar_type() == at::kFloat &&
                   mlp_norm.scalar_type() == at::kFloat && cos.scalar_type() == at::kFloat &&
                   sin.scalar_type() == at::kFloat,
-              "float32 only");
+              "x, the norms, cos and sin must be float32");
+  const bool half = half_kv(cache_k, cache_v);  // the caches: float32 or float16
   TORCH_CHECK(x_in.device().is_cpu() && cache_k.device().is_cpu() && cache_v.device().is_cpu(),
               "decoder_block runs on the CPU");
   const at::Tensor x = x_in.contiguous();
@@ -497,7 +519,9 @@ at::Tensor decoder_block(const at::Tensor& x_in, const at::Tensor& attn_norm,
   a.cos = cos.data_ptr<float>(), a.sin = sin.data_ptr<float>();
   a.cos_stride = cos.dim() == 3 ? t * cos.size(-1) : 0, a.R = cos.size(-1);
   a.H = n_heads, a.Hkv = n_kv, a.D = dh;
-  a.cache_k = cache_k.data_ptr<float>(), a.cache_v = cache_v.data_ptr<float>();
+  a.half_cache = half;
+  a.cache_k = half ? static_cast<void*>(halves(cache_k)) : cache_k.data_ptr<float>();
+  a.cache_v = half ? static_cast<void*>(halves(cache_v)) : cache_v.data_ptr<float>();
   for (int i = 0; i < 3; ++i) a.ks[i] = cache_k.stride(i), a.vs[i] = cache_v.stride(i);
   a.L = L, a.start = ragged ? 0 : start, a.window = window;
   a.scale = static_cast<float>(scale);

@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <limits>
 
+#include "half.h"
+
 #if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
 #include <immintrin.h>
 #endif
@@ -35,6 +37,9 @@ struct Vec {
 };
 inline Vec zero() { return {_mm512_setzero_ps()}; }
 inline Vec load(const float* p) { return {_mm512_loadu_ps(p)}; }
+inline Vec load(const uint16_t* p) {  // 16 halves, exactly
+  return {_mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)))};
+}
 inline Vec fma(float a, const Vec& w, const Vec& acc) {
   return {_mm512_fmadd_ps(_mm512_set1_ps(a), w.v, acc.v)};
 }
@@ -61,6 +66,16 @@ struct Vec {
 };
 inline Vec zero() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
 inline Vec load(const float* p) { return {_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)}; }
+inline Vec load(const uint16_t* p) {  // 16 halves, exactly
+#if defined(__F16C__)
+  return {_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))),
+          _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 8)))};
+#else
+  alignas(32) float f[kBlock];
+  for (int64_t i = 0; i < kBlock; ++i) f[i] = half_to_float(p[i]);
+  return load(f);
+#endif
+}
 inline Vec fma(float a, const Vec& w, const Vec& acc) {
   const __m256 b = _mm256_set1_ps(a);
   return {_mm256_fmadd_ps(b, w.lo, acc.lo), _mm256_fmadd_ps(b, w.hi, acc.hi)};
@@ -90,6 +105,11 @@ inline Vec zero() { return Vec{}; }
 inline Vec load(const float* p) {
   Vec v;
   std::copy(p, p + kBlock, v.f);
+  return v;
+}
+inline Vec load(const uint16_t* p) {  // 16 halves, exactly
+  Vec v;
+  for (int64_t i = 0; i < kBlock; ++i) v.f[i] = half_to_float(p[i]);
   return v;
 }
 inline Vec fma(float a, const Vec& w, const Vec& acc) {
