@@ -63,12 +63,22 @@ constexpr bool has_offset(int64_t t) {
 constexpr int64_t scale_bytes(int64_t t) { return wide(t) ? 128 : t == kQ4_1 ? 64 : 32; }
 constexpr int64_t half_bytes(int64_t t) { return nibbles(t) ? 128 : 256; }
 
+#if defined(__AVX512BW__) && defined(__AVX512VNNI__)
+constexpr bool kOffsetCodes = true;  // the VNNI tiles of signed weight codes read x + 128
+#else
+constexpr bool kOffsetCodes = false;
+#endif
+
 // Each row's codes, scales and code sums per 32 k (see the top of this file).
 struct Rows {
   std::vector<int8_t> q;   // [M, K]
   std::vector<float> d;    // [M, K / 32]
   std::vector<int32_t> s;  // [M, K / 32]
   std::vector<float> ds;   // [M, K / 32]: d * float(s), the offset term's factor
+  // [M, K] or empty: each code + 128 as an unsigned byte (its top bit flipped), made once a
+  // row for the VNNI tiles of signed weight codes, which broadcast it straight from memory
+  // (built in a register, every quad of every column block cost a move to the vector unit)
+  std::vector<uint8_t> u;
 };
 
 // One block of 32: its codes, scale and code sum. Every path computes the same numbers: the
@@ -162,17 +172,22 @@ inline void prefetch_group(const uint8_t* p, int64_t bytes) {
 constexpr int64_t kQuantizeGrain = 2048;
 
 // every row's blocks, rows side by side on the pool (each block is computed alone)
-Rows quantize(const float* x, int64_t M, int64_t K, int64_t threads) {
+// (with offset, Rows::u too)
+Rows quantize(const float* x, int64_t M, int64_t K, int64_t threads, bool offset) {
   const int64_t G = K / kQK;
   Rows r{std::vector<int8_t>(static_cast<size_t>(M * K)),
          std::vector<float>(static_cast<size_t>(M * G)),
          std::vector<int32_t>(static_cast<size_t>(M * G)),
-         std::vector<float>(static_cast<size_t>(M * G))};
+         std::vector<float>(static_cast<size_t>(M * G)),
+         std::vector<uint8_t>(offset ? static_cast<size_t>(M * K) : 0)};
   parallel_for(threads, 0, M * G, kQuantizeGrain, [&](int64_t i0, int64_t i1) {
     for (int64_t i = i0; i < i1; ++i) {
       const auto at = static_cast<size_t>(i);
       quantize_block(x + i * kQK, r.q.data() + i * kQK, r.d[at], r.s[at]);
       r.ds[at] = r.d[at] * static_cast<float>(r.s[at]);  // once, not once a column block
+      if (offset)  // two's complement code + 128: the top bit flipped
+        for (auto k = static_cast<size_t>(i * kQK); k < static_cast<size_t>((i + 1) * kQK); ++k)
+          r.u[k] = static_cast<uint8_t>(static_cast<uint8_t>(r.q[k]) ^ 0x80u);
     }
   });
   return r;
@@ -265,15 +280,17 @@ void block_tile(const Rows& x, int64_t m0, const uint8_t* w, const float* bias, 
     }
     for (int r = 0; r < R; ++r) {
       const int64_t row = m0 + r;
-      const int8_t* xq = x.q.data() + row * K + g * kQK;
+      // the row's codes: x + 128 (Rows::u) against signed weight codes, else x itself
+      const auto* xb = signed_codes(T) ? x.u.data() + row * K + g * kQK
+                                       : reinterpret_cast<const uint8_t*>(x.q.data()) + row * K +
+                                             g * kQK;
       __m512i s[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
       for (int q = 0; q < 8; ++q) {
         uint32_t quad;
-        std::memcpy(&quad, xq + 4 * q, 4);
+        std::memcpy(&quad, xb + 4 * q, 4);
         const int a = T == kQ6_K ? q / 4 : q % 2;  // Q6_K: k 0-15 in s0, 16-31 in s1
-        if constexpr (signed_codes(T))  // x + 128 in each byte: its top bit flipped
-          s[a] = _mm512_dpbusd_epi32(
-              s[a], _mm512_set1_epi32(static_cast<int32_t>(quad ^ 0x80808080u)), wq[q]);
+        if constexpr (signed_codes(T))  // unsigned x + 128 times the signed weight codes
+          s[a] = _mm512_dpbusd_epi32(s[a], _mm512_set1_epi32(static_cast<int32_t>(quad)), wq[q]);
         else
           s[a] = _mm512_dpbusd_epi32(s[a], wq[q], _mm512_set1_epi32(static_cast<int32_t>(quad)));
       }
@@ -516,7 +533,7 @@ void column_block(const Rows& x, int64_t M, const uint8_t* w, const float* bias,
 template <int64_t T>
 void int8_products(const float* x, const uint8_t* w, const float* bias, float* y, int64_t M,
                    int64_t K, int64_t N, int64_t threads) {
-  const Rows rows = quantize(x, M, K, threads);
+  const Rows rows = quantize(x, M, K, threads, kOffsetCodes && signed_codes(T));
   const int64_t blocks = (N + kBlock - 1) / kBlock;
   parallel_for(threads, 0, blocks, linear_grain(M, K), [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) column_block<T>(rows, M, w, bias, y, K, N, b);
