@@ -71,17 +71,6 @@ void decoder_block(const BlockArgs& a, float* out, int64_t threads) {
   const int64_t xs[3] = {a.T * W, W, D};  // q and k heads of qkv, read in place
   rotary(qkv, xs, a.cos, a.sin, a.cos_stride, qk, a.B, a.T, H + Hkv, D, a.R);
 
-  // the new keys (rotated) and values at each row's positions of its cache row
-  const int64_t ks[3] = {a.T * (H + Hkv) * D, D, (H + Hkv) * D}, vs[3] = {a.T * W, D, W};
-  const auto write = [&](auto* cache_k, auto* cache_v) {
-    write_positions(cache_k, a.ks, qk + H * D, ks, a.B, a.T, Hkv, D, a.rows, a.starts, a.start);
-    write_positions(cache_v, a.vs, qkv + (H + Hkv) * D, vs, a.B, a.T, Hkv, D, a.rows, a.starts,
-                    a.start);
-  };
-  if (a.half_cache)
-    write(static_cast<uint16_t*>(a.cache_k), static_cast<uint16_t*>(a.cache_v));
-  else
-    write(static_cast<float*>(a.cache_k), static_cast<float*>(a.cache_v));
   AttentionShape s{};
   s.B = a.B, s.H = H, s.Hkv = Hkv, s.T = a.T, s.D = D;
   s.L = a.rows ? a.L : a.start + a.T;  // a ragged step reads each row up to its own position
@@ -89,12 +78,19 @@ void decoder_block(const BlockArgs& a, float* out, int64_t threads) {
   s.ks0 = a.ks[0], s.ks1 = a.ks[1], s.ks2 = a.ks[2];
   s.vs0 = a.vs[0], s.vs1 = a.vs[1], s.vs2 = a.vs[2];
   s.start = a.rows ? 0 : a.start, s.window = a.window, s.rows = a.rows, s.starts = a.starts;
+  // the new keys (rotated) and values at each row's positions of its cache row, then the
+  // attention over the cache: float32 or halves (BlockArgs::half_cache)
+  const int64_t ks[3] = {a.T * (H + Hkv) * D, D, (H + Hkv) * D}, vs[3] = {a.T * W, D, W};
+  const auto write_and_attend = [&](auto* cache_k, auto* cache_v) {
+    write_positions(cache_k, a.ks, qk + H * D, ks, a.B, a.T, Hkv, D, a.rows, a.starts, a.start);
+    write_positions(cache_v, a.vs, qkv + (H + Hkv) * D, vs, a.B, a.T, Hkv, D, a.rows, a.starts,
+                    a.start);
+    causal_attention(qk, cache_k, cache_v, z, s, a.scale, threads);
+  };
   if (a.half_cache)
-    causal_attention(qk, static_cast<const uint16_t*>(a.cache_k),
-                     static_cast<const uint16_t*>(a.cache_v), z, s, a.scale, threads);
+    write_and_attend(static_cast<uint16_t*>(a.cache_k), static_cast<uint16_t*>(a.cache_v));
   else
-    causal_attention(qk, static_cast<const float*>(a.cache_k),
-                     static_cast<const float*>(a.cache_v), z, s, a.scale, threads);
+    write_and_attend(static_cast<float*>(a.cache_k), static_cast<float*>(a.cache_v));
 
   // z [B, H, T, D] to [B, T, H * D] (at one position the same memory)
   const float* zin = z;

@@ -281,9 +281,9 @@ void block_tile(const Rows& x, int64_t m0, const uint8_t* w, const float* bias, 
     for (int r = 0; r < R; ++r) {
       const int64_t row = m0 + r;
       // the row's codes: x + 128 (Rows::u) against signed weight codes, else x itself
-      const auto* xb = signed_codes(T) ? x.u.data() + row * K + g * kQK
-                                       : reinterpret_cast<const uint8_t*>(x.q.data()) + row * K +
-                                             g * kQK;
+      const uint8_t* xcodes =
+          signed_codes(T) ? x.u.data() : reinterpret_cast<const uint8_t*>(x.q.data());
+      const uint8_t* xb = xcodes + row * K + g * kQK;
       __m512i s[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
       for (int q = 0; q < 8; ++q) {
         uint32_t quad;
