@@ -14,6 +14,12 @@ in one ``steer_batch``, over the mean wall time of the same 8 requests run alone
 floor on a 2-core machine is near 3-4 whatever the decode kernel does: the 8 prefills cost
 the same batched or alone. ``ratio_ragged8_decode_vs_single`` is the same ratio without the
 prefills (``common.PrefillClock``): what batching the decode steps saves.
+``int8_ratio_ragged8_decode_floor`` (``products="int8"`` only) is what that ratio would be if
+each step cost what a solo run's step costs (``int8_ragged8_solo_step_ms``, a pair's) and
+every row past a step's second cost only its matrix products at oneDNN's int8 GEMM rate on
+this machine (``common.int8_gemm_macs_per_s``; ``int8_row_floor_ms``), nothing for its
+attention, norms, sampling or block scales: a floor for the batch here, as the read bound
+is for one row.
 
 ``vocab_pass_ms_per_row``: the end of a decode step (each row's token, log-probability and
 top 5) per row, by rows and sampling, one native pass over every row (``native``) against
@@ -29,7 +35,7 @@ lengths (``ragged``) against the same 16 rows at one length with the same keys i
 one's.
 
 Every figure for both ``products`` settings (``int8_*``), but the vocabulary pass and the
-ragged attention (neither depends on the products).
+ragged attention (neither depends on the products) and the floor (int8's alone).
 """
 
 from __future__ import annotations
@@ -37,7 +43,7 @@ from __future__ import annotations
 import os
 import time
 
-from common import CHAT, timed_run
+from common import CHAT, clocked_run, int8_gemm_macs_per_s, macs_per_row
 
 SWEEP = (-2.0, -1.0, 2.0, 4.0)
 ALTERNATIONS = int(os.environ.get("SW_BENCH_ALTERNATIONS", "7"))
@@ -154,21 +160,28 @@ def ragged8(engine, source: str) -> dict:
     together, solo = {}, {}
     for _ in range(max(2, ALTERNATIONS // 2)):
         engine.clear_caches()
-        wall, decode = timed_run(lambda: together.update(engine.steer_batch(requests)), runtime)
+        wall, decode, batch_rows = clocked_run(
+            lambda: together.update(engine.steer_batch(requests)), runtime
+        )
         batch_times.append(wall)
         batch_decode.append(decode)
-        seconds, decodes = [], []
+        seconds, decodes, solo_rows = [], [], []
         for name, request in requests.items():
             engine.clear_caches()
-            wall, decode = timed_run(lambda n=name, r=request: solo.update({n: engine.steer(r)}),
-                                     runtime)  # fmt: skip
+            wall, decode, rows = clocked_run(
+                lambda n=name, r=request: solo.update({n: engine.steer(r)}), runtime
+            )
             seconds.append(wall)
             decodes.append(decode)
+            solo_rows.append(rows)
         solo_means.append(sum(seconds) / len(seconds))
         solo_decode.append(sum(decodes) / len(decodes))
     ratios = [b / s for b, s in zip(batch_times, solo_means, strict=True)]
     prompt_tokens = [len(engine.plan(r)[0].ids) for r in requests.values()]
+    int8 = runtime.products == "int8"
+    floor = decode_floor(runtime, batch_rows, solo_rows, min(solo_decode)) if int8 else {}
     return {
+        **floor,
         "ragged8_s": min(batch_times),
         "ragged8_solo_mean_s": min(solo_means),
         "ratio_ragged8_vs_single": min(batch_times) / min(solo_means),
@@ -180,6 +193,22 @@ def ragged8(engine, source: str) -> dict:
         "ragged8_identical": {
             name: together[name].outputs == solo[name].outputs for name in requests
         },
+    }
+
+
+def decode_floor(runtime, batch_rows: list[int], solo_rows: list[list[int]], solo_s: float):
+    """``ratio_ragged8_decode_floor`` of an int8 runtime (see the top): the batch's decode
+    steps priced at a solo step's cost plus ``row_floor_ms`` for each row past the second,
+    over the solo runs' mean decode time (``solo_s``); ``solo_rows`` holds each solo run's
+    steps' rows."""
+    row = macs_per_row(runtime.cfg) / int8_gemm_macs_per_s()
+    steps = sum(len(rows) for rows in solo_rows) / len(solo_rows)
+    step = solo_s / steps  # a pair's step, all its costs (both rows, sampling, Python)
+    batch = sum(step + max(0, rows - 2) * row for rows in batch_rows)
+    return {
+        "row_floor_ms": round(1000 * row, 4),
+        "ragged8_solo_step_ms": round(1000 * step, 3),
+        "ratio_ragged8_decode_floor": batch / solo_s,
     }
 
 
