@@ -308,16 +308,20 @@ void attend(const float* qp, const E* kp, const E* vp, float* yp, const Attentio
 
 }  // namespace
 
-void write_positions(float* cache, const int64_t* cs, const float* src, const int64_t* ss,
-                     int64_t B, int64_t T, int64_t Hkv, int64_t D, const int64_t* rows,
-                     const int64_t* starts, int64_t start) {
-  write_lines(cache, cs, src, ss, B, T, Hkv, D, rows, starts, start);
-}
-
-void write_positions(uint16_t* cache, const int64_t* cs, const float* src, const int64_t* ss,
-                     int64_t B, int64_t T, int64_t Hkv, int64_t D, const int64_t* rows,
-                     const int64_t* starts, int64_t start) {
-  write_lines(cache, cs, src, ss, B, T, Hkv, D, rows, starts, start);
+void write_and_attend(const float* q, void* cache_k, void* cache_v, bool half_cache,
+                      const float* k_new, const int64_t* kn, const float* v_new,
+                      const int64_t* vn, float* y, const AttentionShape& s, float scale,
+                      int64_t threads) {
+  const int64_t ks[3] = {s.ks0, s.ks1, s.ks2}, vs[3] = {s.vs0, s.vs1, s.vs2};
+  const auto step = [&](auto* k, auto* v) {
+    write_lines(k, ks, k_new, kn, s.B, s.T, s.Hkv, s.D, s.rows, s.starts, s.start);
+    write_lines(v, vs, v_new, vn, s.B, s.T, s.Hkv, s.D, s.rows, s.starts, s.start);
+    attend(q, k, v, y, s, scale, threads);
+  };
+  if (half_cache)
+    step(static_cast<uint16_t*>(cache_k), static_cast<uint16_t*>(cache_v));
+  else
+    step(static_cast<float*>(cache_k), static_cast<float*>(cache_v));
 }
 
 void causal_attention(const float* q, const float* k, const float* v, float* y,

@@ -80,17 +80,9 @@ void decoder_block(const BlockArgs& a, float* out, int64_t threads) {
   s.start = a.rows ? 0 : a.start, s.window = a.window, s.rows = a.rows, s.starts = a.starts;
   // the new keys (rotated) and values at each row's positions of its cache row, then the
   // attention over the cache: float32 or halves (BlockArgs::half_cache)
-  const int64_t ks[3] = {a.T * (H + Hkv) * D, D, (H + Hkv) * D}, vs[3] = {a.T * W, D, W};
-  const auto write_and_attend = [&](auto* cache_k, auto* cache_v) {
-    write_positions(cache_k, a.ks, qk + H * D, ks, a.B, a.T, Hkv, D, a.rows, a.starts, a.start);
-    write_positions(cache_v, a.vs, qkv + (H + Hkv) * D, vs, a.B, a.T, Hkv, D, a.rows, a.starts,
-                    a.start);
-    causal_attention(qk, cache_k, cache_v, z, s, a.scale, threads);
-  };
-  if (a.half_cache)
-    write_and_attend(static_cast<uint16_t*>(a.cache_k), static_cast<uint16_t*>(a.cache_v));
-  else
-    write_and_attend(static_cast<float*>(a.cache_k), static_cast<float*>(a.cache_v));
+  const int64_t kn[3] = {a.T * (H + Hkv) * D, D, (H + Hkv) * D}, vn[3] = {a.T * W, D, W};
+  write_and_attend(qk, a.cache_k, a.cache_v, a.half_cache, qk + H * D, kn, qkv + (H + Hkv) * D,
+                   vn, z, s, a.scale, threads);
 
   // z [B, H, T, D] to [B, T, H * D] (at one position the same memory)
   const float* zin = z;

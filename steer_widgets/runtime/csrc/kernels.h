@@ -101,16 +101,17 @@ void causal_attention(const float* q, const float* k, const float* v, float* y,
 void causal_attention(const float* q, const uint16_t* k, const uint16_t* v, float* y,
                       const AttentionShape& s, float scale, int64_t threads);
 
-// New keys or values into a cache [N, Hkv, L, D] (strides cs): src's (b, head, t) line (strides
-// ss, D contiguous) goes to cache row rows[b] (b itself without rows) at position starts[b]
-// (start without starts) + t, for B rows, T positions and Hkv heads; into a half cache each
-// value rounded to nearest even (half.h's float_to_half, torch's float16 conversion)
-void write_positions(float* cache, const int64_t* cs, const float* src, const int64_t* ss,
-                     int64_t B, int64_t T, int64_t Hkv, int64_t D, const int64_t* rows,
-                     const int64_t* starts, int64_t start);
-void write_positions(uint16_t* cache, const int64_t* cs, const float* src, const int64_t* ss,
-                     int64_t B, int64_t T, int64_t Hkv, int64_t D, const int64_t* rows,
-                     const int64_t* starts, int64_t start);
+// One attention step over a cache, the one owner of "write, then attend" (decoder_block's
+// and the ragged_attention op's): the new keys and values k_new and v_new (line (b, head, t)
+// at strides kn and vn, D contiguous) go to cache row s.rows[b] (b itself without rows) at
+// position s.starts[b] (s.start without starts) + t of cache_k and cache_v (strides s.ks*,
+// s.vs*), then causal_attention reads them. The caches are float32, or halves where
+// half_cache, each new value rounded to nearest even (half.h's float_to_half, torch's float16
+// conversion).
+void write_and_attend(const float* q, void* cache_k, void* cache_v, bool half_cache,
+                      const float* k_new, const int64_t* kn, const float* v_new,
+                      const int64_t* vn, float* y, const AttentionShape& s, float scale,
+                      int64_t threads);
 
 // One pre-norm block with rotary attention and a gated MLP (Llama's, Mistral's, Qwen2's) for
 // x [B, T, d] (contiguous), op for op and in the order of transformer.py's _ops_block, so its

@@ -295,10 +295,6 @@ at::Tensor ragged_attention(const at::Tensor& q, at::Tensor& k, at::Tensor& v,
                   k_new.stride(3) == 1 && v_new.stride(3) == 1,
               "the last dim of q, k, v, k_new and v_new must be contiguous");
   check_ragged_rows(rows, starts, B, N, L);
-  const int64_t* row = rows.data_ptr<int64_t>();
-  const int64_t* start = starts.data_ptr<int64_t>();
-  const int64_t ks[3] = {k.stride(0), k.stride(1), k.stride(2)};
-  const int64_t vs[3] = {v.stride(0), v.stride(1), v.stride(2)};
   const int64_t kn[3] = {k_new.stride(0), k_new.stride(1), k_new.stride(2)};
   const int64_t vn[3] = {v_new.stride(0), v_new.stride(1), v_new.stride(2)};
   auto y = at::empty({B, H, 1, D}, q.options());
@@ -307,17 +303,13 @@ at::Tensor ragged_attention(const at::Tensor& q, at::Tensor& k, at::Tensor& v,
   shape.qs0 = q.stride(0), shape.qs1 = q.stride(1), shape.qs2 = q.stride(2);
   shape.ks0 = k.stride(0), shape.ks1 = k.stride(1), shape.ks2 = k.stride(2);
   shape.vs0 = v.stride(0), shape.vs1 = v.stride(1), shape.vs2 = v.stride(2);
-  shape.start = 0, shape.window = window, shape.rows = row, shape.starts = start;
-  const auto write_and_attend = [&](auto* kp, auto* vp) {
-    sw::write_positions(kp, ks, k_new.data_ptr<float>(), kn, B, 1, Hkv, D, row, start, 0);
-    sw::write_positions(vp, vs, v_new.data_ptr<float>(), vn, B, 1, Hkv, D, row, start, 0);
-    sw::causal_attention(q.data_ptr<float>(), kp, vp, y.data_ptr<float>(), shape,
-                         static_cast<float>(scale), threads_for_kernels());
-  };
-  if (half)
-    write_and_attend(halves(k), halves(v));
-  else
-    write_and_attend(k.data_ptr<float>(), v.data_ptr<float>());
+  shape.start = 0, shape.window = window;
+  shape.rows = rows.data_ptr<int64_t>(), shape.starts = starts.data_ptr<int64_t>();
+  void* kp = half ? static_cast<void*>(halves(k)) : k.data_ptr<float>();
+  void* vp = half ? static_cast<void*>(halves(v)) : v.data_ptr<float>();
+  sw::write_and_attend(q.data_ptr<float>(), kp, vp, half, k_new.data_ptr<float>(), kn,
+                       v_new.data_ptr<float>(), vn, y.data_ptr<float>(), shape,
+                       static_cast<float>(scale), threads_for_kernels());
   return y;
 }
 
