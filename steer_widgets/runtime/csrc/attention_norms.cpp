@@ -61,6 +61,7 @@ void rotary(const float* x, const int64_t* xs, const float* cos, const float* si
 namespace {
 
 constexpr int kQueryTile = 4;  // query positions of one head that share each key and value load
+// (the loops over a tile's positions below are unrolled by this count: `#pragma GCC unroll 4`)
 
 // The keys and values of the task after this one (another row or key head): fetched a key
 // at a time while this task reads its own, so the next one starts on keys already in cache.
@@ -118,16 +119,28 @@ void attend_tile(const float* const* q, int n, const E* k, int64_t ks, const E* 
     for (int64_t l = lo[p]; l < std::min(clo, hi[p]); ++l) key(l, kl), score(p, l, kl);
     for (int64_t l = std::max(chi, lo[p]); l < hi[p]; ++l) key(l, kl), score(p, l, kl);
   }
-  float total[kQueryTile];
   for (int p = 0; p < n; ++p) {
     float* wp = w + p * wn;
     const float top = max_of(wp + lo[p], hi[p] - lo[p]);
     for (int64_t l = lo[p]; l < hi[p]; ++l) wp[l] -= top;
     exps(wp + lo[p], hi[p] - lo[p]);
-    float sum = 0.0f;  // in key order; apart from the exp calls, which would spill it
-    for (int64_t l = lo[p]; l < hi[p]; ++l) sum += wp[l];
-    total[p] = sum;
   }
+  // each position's weights summed in key order (apart from the exp calls, which would spill
+  // the sums); positions over the same keys (a decode step's heads of one key head) side by
+  // side, so their additions overlap instead of waiting on each other
+  float total[kQueryTile] = {};
+  if (lo[0] == lo[n - 1] && hi[0] == hi[n - 1]) {
+    for (int64_t l = lo[0]; l < hi[0]; ++l)
+#pragma GCC unroll 4
+      for (int p = 0; p < kQueryTile; ++p)
+        if (p < n) total[p] += w[p * wn + l];
+  } else {
+    for (int p = 0; p < n; ++p)
+      for (int64_t l = lo[p]; l < hi[p]; ++l) total[p] += w[p * wn + l];
+  }
+  // The positions' value sums: every loop over positions runs to kQueryTile (those past n
+  // skipped), so each index is a constant and the sums stay in registers (indexed by n they
+  // lived on the stack, each multiply-add waiting on a store and a load)
   Vec acc[kQueryTile][C];
   auto add = [&](int p, int64_t l, const Vec* vl) {
     for (int c = 0; c < C; ++c) acc[p][c] = fma(w[p * wn + l], vl[c], acc[p][c]);
@@ -136,16 +149,22 @@ void attend_tile(const float* const* q, int n, const E* k, int64_t ks, const E* 
     for (int c = 0; c < C; ++c) vl[c] = load(v + l * vs + c * kBlock);
   };
   Vec vl[C];
-  for (int p = 0; p < n; ++p) {
+#pragma GCC unroll 4
+  for (int p = 0; p < kQueryTile; ++p) {
+    if (p >= n) continue;
     for (int c = 0; c < C; ++c) acc[p][c] = zero();
     for (int64_t l = lo[p]; l < std::min(clo, hi[p]); ++l) value(l, vl), add(p, l, vl);
   }
   for (int64_t l = clo; l < chi; ++l) {
     if (l - clo < next.n) fetch_key(next.v + (next.first + l - clo) * vs, C);
     value(l, vl);
-    for (int p = 0; p < n; ++p) add(p, l, vl);
+#pragma GCC unroll 4
+    for (int p = 0; p < kQueryTile; ++p)
+      if (p < n) add(p, l, vl);
   }
-  for (int p = 0; p < n; ++p) {
+#pragma GCC unroll 4
+  for (int p = 0; p < kQueryTile; ++p) {
+    if (p >= n) continue;
     for (int64_t l = std::max(chi, lo[p]); l < hi[p]; ++l) value(l, vl), add(p, l, vl);
     const float inv = 1.0f / total[p];
     for (int c = 0; c < C; ++c)
