@@ -110,7 +110,26 @@ void attend_tile(const float* const* q, int n, const E* k, int64_t ks, const E* 
     for (int c = 0; c < C; ++c) kl[c] = load(k + l * ks + c * kBlock);
   };
   Vec kl[C];
-  for (int64_t l = clo; l < chi; ++l) {
+  int64_t l = clo;
+  // the shared keys 4 at a time: each key loaded once for every position, and each position's
+  // 4 dot products reduced together (hsum4: the bits of 4 hsums)
+  for (; chi - l >= 4; l += 4) {  // (not l + 4 <= chi: with no shared keys both are the max)
+    Vec part[kQueryTile][4];
+    for (int j = 0; j < 4; ++j) {
+      if (l + j - clo < next.n) fetch_key(next.k + (next.first + l + j - clo) * ks, C);
+      key(l + j, kl);
+#pragma GCC unroll 4
+      for (int p = 0; p < kQueryTile; ++p) {
+        if (p >= n) continue;
+        part[p][j] = zero();
+        for (int c = 0; c < C; ++c) part[p][j] = fmav(qv[p][c], kl[c], part[p][j]);
+      }
+    }
+#pragma GCC unroll 4
+    for (int p = 0; p < kQueryTile; ++p)
+      if (p < n) hsum4(part[p], sc, w + p * wn + l);
+  }
+  for (; l < chi; ++l) {
     if (l - clo < next.n) fetch_key(next.k + (next.first + l - clo) * ks, C);
     key(l, kl);
     for (int p = 0; p < n; ++p) score(p, l, kl);

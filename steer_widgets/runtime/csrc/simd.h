@@ -132,6 +132,32 @@ inline void store(float* p, const Vec& v, int64_t n, const float* bias) {
 }
 #endif
 
+// out[j] = hsum(v[j]) * scale for 4 lines, each reduced by hsum's own tree (lanes i and i + 8,
+// then i and i + 4, i and i + 2, 0 and 1, each pair added in hsum's operand order) and scaled
+// by one rounded product: hsum's bits. AVX-512 reduces the four lines together, side by side
+// in each register.
+inline void hsum4(const Vec* v, float scale, float* out) {
+#if defined(__AVX512F__)
+  __m512 pair[2];
+  for (int i = 0; i < 2; ++i) {  // [line 2i's 8 sums | line 2i + 1's]: upper 256 + lower
+    const __m512 a = v[2 * i].v, b = v[2 * i + 1].v;
+    pair[i] = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0xEE), _mm512_shuffle_f32x4(a, b, 0x44));
+  }
+  // [4 sums of each line]: upper 128 + lower
+  const __m512 quad = _mm512_add_ps(_mm512_shuffle_f32x4(pair[0], pair[1], 0xDD),
+                                    _mm512_shuffle_f32x4(pair[0], pair[1], 0x88));
+  const __m512d q = _mm512_castps_pd(quad);  // lane j: line j's sums 0 + 2, 1 + 3, then 0 + 1
+  const __m512 two = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(q, q)),
+                                   _mm512_castpd_ps(_mm512_unpackhi_pd(q, q)));
+  const __m512 one = _mm512_add_ps(two, _mm512_permute_ps(two, _MM_SHUFFLE(2, 3, 0, 1)));
+  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
+  const __m128 sums = _mm512_castps512_ps128(_mm512_permutexvar_ps(order, one));
+  _mm_storeu_ps(out, _mm_mul_ps(sums, _mm_set1_ps(scale)));
+#else
+  for (int j = 0; j < 4; ++j) out[j] = hsum(v[j]) * scale;
+#endif
+}
+
 // The largest of x[0..n), NaNs skipped (std::max(top, x) in order: a NaN never wins), -inf
 // for n = 0. A maximum is exact whatever the order, so lanes give the serial loop's value
 // (up to a zero's sign, which no difference x - top can tell).
