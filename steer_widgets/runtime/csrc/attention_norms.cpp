@@ -101,10 +101,16 @@ void attend_tile(const float* const* q, int n, const E* k, int64_t ks, const E* 
   Vec qv[kQueryTile][C];
   for (int p = 0; p < n; ++p)
     for (int c = 0; c < C; ++c) qv[p][c] = load(q[p] + c * kBlock);
-  auto score = [&](int p, int64_t l, const Vec* kl) {
+  // position p's dot product with a key: the one chain every score takes, alone or four at once
+  auto dot = [&](int p, const Vec* kl) {
     Vec part = zero();
     for (int c = 0; c < C; ++c) part = fmav(qv[p][c], kl[c], part);
-    w[p * wn + l] = hsum(part) * sc;
+    return part;
+  };
+  auto score = [&](int p, int64_t l, const Vec* kl) { w[p * wn + l] = hsum(dot(p, kl)) * sc; };
+  // shared key l's line of the next task's keys (kv: next.k) or values (next.v), fetched now
+  auto fetch_next = [&](const E* kv, int64_t stride, int64_t l) {
+    if (l - clo < next.n) fetch_key(kv + (next.first + l - clo) * stride, C);
   };
   auto key = [&](int64_t l, Vec* kl) {
     for (int c = 0; c < C; ++c) kl[c] = load(k + l * ks + c * kBlock);
@@ -116,21 +122,18 @@ void attend_tile(const float* const* q, int n, const E* k, int64_t ks, const E* 
   for (; chi - l >= 4; l += 4) {  // (not l + 4 <= chi: with no shared keys both are the max)
     Vec part[kQueryTile][4];
     for (int j = 0; j < 4; ++j) {
-      if (l + j - clo < next.n) fetch_key(next.k + (next.first + l + j - clo) * ks, C);
+      fetch_next(next.k, ks, l + j);
       key(l + j, kl);
 #pragma GCC unroll 4
-      for (int p = 0; p < kQueryTile; ++p) {
-        if (p >= n) continue;
-        part[p][j] = zero();
-        for (int c = 0; c < C; ++c) part[p][j] = fmav(qv[p][c], kl[c], part[p][j]);
-      }
+      for (int p = 0; p < kQueryTile; ++p)
+        if (p < n) part[p][j] = dot(p, kl);
     }
 #pragma GCC unroll 4
     for (int p = 0; p < kQueryTile; ++p)
       if (p < n) hsum4(part[p], sc, w + p * wn + l);
   }
   for (; l < chi; ++l) {
-    if (l - clo < next.n) fetch_key(next.k + (next.first + l - clo) * ks, C);
+    fetch_next(next.k, ks, l);
     key(l, kl);
     for (int p = 0; p < n; ++p) score(p, l, kl);
   }
@@ -175,7 +178,7 @@ void attend_tile(const float* const* q, int n, const E* k, int64_t ks, const E* 
     for (int64_t l = lo[p]; l < std::min(clo, hi[p]); ++l) value(l, vl), add(p, l, vl);
   }
   for (int64_t l = clo; l < chi; ++l) {
-    if (l - clo < next.n) fetch_key(next.v + (next.first + l - clo) * vs, C);
+    fetch_next(next.v, vs, l);
     value(l, vl);
 #pragma GCC unroll 4
     for (int p = 0; p < kQueryTile; ++p)

@@ -210,6 +210,11 @@ uint16_t* halves(const at::Tensor& t) {
   return reinterpret_cast<uint16_t*>(t.data_ptr<at::Half>());
 }
 
+// a cache's data as the kernels take it: halves or float32, as half_kv found it
+void* kv_data(const at::Tensor& t, bool half) {
+  return half ? static_cast<void*>(halves(t)) : t.data_ptr<float>();
+}
+
 // Causal attention of T positions: q [B, H, T, D] over keys and values [B, Hkv, L, D] (each
 // position's D contiguous, any other strides: a slice of the KV cache or of a fused qkv is
 // read in place), H a multiple of Hkv (grouped-query heads share their group's keys), scale
@@ -305,11 +310,10 @@ at::Tensor ragged_attention(const at::Tensor& q, at::Tensor& k, at::Tensor& v,
   shape.vs0 = v.stride(0), shape.vs1 = v.stride(1), shape.vs2 = v.stride(2);
   shape.start = 0, shape.window = window;
   shape.rows = rows.data_ptr<int64_t>(), shape.starts = starts.data_ptr<int64_t>();
-  void* kp = half ? static_cast<void*>(halves(k)) : k.data_ptr<float>();
-  void* vp = half ? static_cast<void*>(halves(v)) : v.data_ptr<float>();
-  sw::write_and_attend(q.data_ptr<float>(), kp, vp, half, k_new.data_ptr<float>(), kn,
-                       v_new.data_ptr<float>(), vn, y.data_ptr<float>(), shape,
-                       static_cast<float>(scale), threads_for_kernels());
+  sw::write_and_attend(q.data_ptr<float>(), kv_data(k, half), kv_data(v, half), half,
+                       k_new.data_ptr<float>(), kn, v_new.data_ptr<float>(), vn,
+                       y.data_ptr<float>(), shape, static_cast<float>(scale),
+                       threads_for_kernels());
   return y;
 }
 
@@ -512,8 +516,7 @@ at::Tensor decoder_block(const at::Tensor& x_in, const at::Tensor& attn_norm,
   a.cos_stride = cos.dim() == 3 ? t * cos.size(-1) : 0, a.R = cos.size(-1);
   a.H = n_heads, a.Hkv = n_kv, a.D = dh;
   a.half_cache = half;
-  a.cache_k = half ? static_cast<void*>(halves(cache_k)) : cache_k.data_ptr<float>();
-  a.cache_v = half ? static_cast<void*>(halves(cache_v)) : cache_v.data_ptr<float>();
+  a.cache_k = kv_data(cache_k, half), a.cache_v = kv_data(cache_v, half);
   for (int i = 0; i < 3; ++i) a.ks[i] = cache_k.stride(i), a.vs[i] = cache_v.stride(i);
   a.L = L, a.start = ragged ? 0 : start, a.window = window;
   a.scale = static_cast<float>(scale);
