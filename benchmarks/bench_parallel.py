@@ -219,7 +219,13 @@ def vocab_pass_ms_per_row(vocab: int, repeats: int = 200) -> dict[str, dict[str,
     import torch
 
     from steer_widgets.runtime import native
-    from steer_widgets.steering.generation import Row, RowSampler, Sampling, sample_step
+    from steer_widgets.steering.generation import (
+        Row,
+        RowSampler,
+        Sampling,
+        sample_rows,
+        sample_step,
+    )
 
     if native.extension() is None:
         return {"skipped": "the native kernel did not build here"}
@@ -234,14 +240,14 @@ def vocab_pass_ms_per_row(vocab: int, repeats: int = 200) -> dict[str, dict[str,
         samplers = [RowSampler(sampling, [1, 2, 3], vocab, seed=r) for r in range(rows)]
         row_list, live = [Row()] * rows, list(range(rows))
         best = {}
-        for name, native_pass in (("native", True), ("rows_alone", False)):
+        for name, step in (("native", sample_step), ("rows_alone", sample_rows)):
             for sampler in samplers:  # drawn already, as the pool draws it
                 sampler.next_draw = lambda d=drawn[name]: d
             rounds = []
             for _ in range(5):
                 start = time.perf_counter()
                 for _ in range(repeats):
-                    sample_step(samplers, row_list, live, logits, native_pass=native_pass)
+                    step(samplers, row_list, live, logits)
                 rounds.append(time.perf_counter() - start)
             best[name] = 1000 * min(rounds) / repeats / rows
         case = f"{rows}_rows_{'greedy' if temperature == 0 else 'sampled'}"

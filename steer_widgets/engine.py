@@ -24,7 +24,7 @@ from .analysis.evaluation import Evaluation
 from .analysis.text import Analysis
 from .checks import public_methods
 from .errors import RequestError
-from .runtime.model import DEFAULT_MODEL, LoadedModel, load_model
+from .runtime.model import DEFAULT_MODEL, LoadedModel, load_model, products_name
 from .runtime.tokens import EncodedPrompt
 from .sae.feature_index import FeatureIndex
 from .sae.hook_view import centres_writes
@@ -88,11 +88,14 @@ class Engine:
     ) -> None:
         check_locations(saes)
         checks.integer("sae_budget_bytes", sae_budget_bytes, lo=0)
+        if products is not None:  # None alone means the default: "" or False is a mistake
+            products_name(products)
         if isinstance(model, LoadedModel):
             check_products_of(model, products)
             self.model = model
         else:
-            self.model = load_model(model, device, dtype, backend, products=products or "float32")
+            products = "float32" if products is None else products
+            self.model = load_model(model, device, dtype, backend, products=products)
         runtime = self.model.runtime
         self.saes = SAEStore(
             runtime.hook_widths(),

@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 import re
 import tempfile
 from pathlib import Path
 
-from .files import write_text_atomically
+from .files import user_path, write_text_atomically
 
 STATIC = Path(__file__).parent / "widgets" / "static"
 STATE_MIME = "application/vnd.jupyter.widget-state+json"
@@ -84,8 +85,10 @@ def execute(notebook, timeout: int = 600, kernel_name: str = "python3", cwd=None
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
 
-    if isinstance(notebook, (str, Path)):
-        cwd = cwd or Path(notebook).resolve().parent
+    cwd = None if cwd is None else user_path(cwd, "cwd")
+    if isinstance(notebook, (str, os.PathLike)):
+        notebook = user_path(notebook, "notebook")
+        cwd = cwd or notebook.resolve().parent
         nb = nbformat.read(str(notebook), as_version=4)
     else:
         nb = nbformat.from_dict(json.loads(json.dumps(notebook)))
@@ -178,12 +181,12 @@ def export(
     """
     import nbformat
 
-    src = Path(notebook)
+    src = user_path(notebook, "notebook")  # ~ is the home folder, as in every file we take
     if run:
         nb = execute(src, timeout=timeout, kernel_name=kernel_name, cwd=cwd)
     else:
         nb = nbformat.read(str(src), as_version=4)
-    out = Path(out)
+    out = user_path(out, "out")
     out.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomically(out, to_html(nb, title=src.stem), _export_error)
     return out

@@ -416,7 +416,7 @@ def test_explorer_in_jupyterlab(lab, tmp_path):
             page.locator(HEAT_MENU).select_option(label="the condition's score")
             line = page.locator(".sw-heatmap .sw-threshold")
             wait_until(lambda: line.count() == 1, 60, "the threshold line")
-            assert "threshold 0.000" in page.inner_text(".sw-heatmap .sw-title")
+            assert "outlined tokens score > 0.000" in page.inner_text(".sw-heatmap .sw-title")
             page.locator(".sw-condition select").select_option(label="always")
             wait_until(lambda: state(page) == "done" and legend.count() == 0, 120, "ungated")
 

@@ -180,8 +180,9 @@ if sys.argv[1] == "explorer":
     ex = sw.Explorer(engine, live=False)
     ex.set(prompt="The sea", n_completion_tokens=200, seed=1)
     ex.run()
-    while "DEFAULT" not in ex.outputs:
+    while not any(pane["tokens"] for pane in ex.completions.panes):  # streaming has begun
         threading.Event().wait(0.01)
+    print("decoding" if ex.runner.busy and not ex.outputs else "finished")
 else:
     started = threading.Event()
     def work():
@@ -189,7 +190,7 @@ else:
         for _ in engine.steer_stream(request):
             started.set()
     threading.Thread(target=work, daemon=True).start()
-    started.wait(60)
+    print("decoding" if started.wait(60) else "not started")
 print("exiting")
 """
 
@@ -205,3 +206,4 @@ def test_exit_while_a_run_decodes_on_a_daemon_thread_is_clean(where):
             capture_output=True, text=True, timeout=300,
         )  # fmt: skip
         assert proc.returncode == 0 and "exiting" in proc.stdout, proc.stderr[-2000:]
+        assert "decoding" in proc.stdout, proc.stdout  # it exited mid-run, not after it

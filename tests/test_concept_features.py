@@ -49,6 +49,20 @@ def test_fit_rows_keeps_only_rows_that_push_toward_the_target():
     assert len(fit.indices) == 1  # k caps the set
 
 
+def test_the_refit_drops_a_row_that_turned_negative_and_never_keeps_a_zero():
+    """Two cases found by search over small integer problems: in the first, the third pick
+    makes an earlier row's least-squares coefficient negative, so it is dropped and the
+    others refitted; in the second, a row's refitted coefficient is exactly 0, which a
+    clamp kept in the set as a feature at strength 0. Every kept row pushes (> 0)."""
+    rows = torch.tensor([[-3.0, 3, -1], [-2, 0, 0], [0, 2, -1], [-3, 2, 1]])
+    fit = fit_rows(rows, torch.tensor([-2.0, 1, -2]), k=3)
+    assert fit.indices == [1, 2] and fit.coefs == pytest.approx([1.0, 0.8])
+    rows = torch.tensor([[-2.0, -1, -2], [-2, 1, -3], [3, 0, -2], [1, 0, 0], [-1, -3, 2]])
+    fit = fit_rows(rows, torch.tensor([3.0, 1, -3]), k=4)
+    assert fit.indices and all(c > 0 for c in fit.coefs), fit
+    assert len(set(fit.indices)) == len(fit.indices)
+
+
 def test_a_named_concept_steers_as_a_set_and_its_record_replays(engine):
     found = engine.concept_features("music", k=8)
     assert isinstance(found, sw.ConceptFeatures) and isinstance(found, list)

@@ -1,17 +1,22 @@
 """Conditional steering on the default model: exact where it should be, and as documented.
 
 * The properties, over 250 random conditional requests on 100 random steerings (features
-  and vectors, both scopes, windows, every steer method, ``prompt_multiplier`` 1 and 2,
-  ``steer_special_tokens`` on and off, chat and completion, greedy and sampled): a
-  condition that holds nowhere gives exactly DEFAULT's tokens and probabilities (100), one
-  that holds everywhere exactly the unconditional steering's (100), and conditions that
-  switch (50) decode in ragged batches each equal to its solo run, and replay from their
-  records (17 of them re-run). ``SW_CONDITION_STEERINGS`` scales the 100.
-* The references: a token-scope gate equals ``feature_values`` (or the cosine) of the text
-  generated, thresholded in Python (positions within 1e-4 of the threshold skipped), with
-  and without hysteresis; a prompt-scope decision equals the reduced values of the prompt.
+  and vectors at several hooks, both scopes, windows counted from the completion, the
+  prompt or position 0, ``relative`` and ``projection`` scores, every steer method,
+  ``prompt_multiplier`` 1 and 2, ``steer_special_tokens`` on and off, chat and completion,
+  greedy and sampled), each condition on the whole request, on every entry or on some
+  entries with the others ungated: a condition that holds nowhere gives exactly the
+  tokens and probabilities of the request without its gated entries (DEFAULT's where
+  none is left), one that holds everywhere exactly the unconditional steering's, and
+  conditions that switch (50) decode in ragged batches each equal to its solo run, and
+  replay from their records (17 of them re-run). ``SW_CONDITION_STEERINGS`` scales the 100.
+* The references: a token-scope gate equals ``feature_values`` (as a fraction of the top
+  activation under ``relative``), the cosine or the projection of the text generated,
+  thresholded in Python (positions within 1e-4 of the threshold skipped), with and without
+  hysteresis; a prompt-scope decision equals the reduced values of the prompt.
 * Refusals before any work: an unknown source, a token-scope condition read after its
-  steering, a vector file asked to carry a condition.
+  steering or after any other entry's, a vector file asked to carry a condition.
+* Explanations of a conditional result read each entry where its gate was on.
 """
 
 from __future__ import annotations
@@ -40,7 +45,10 @@ N_STEERINGS = int(os.environ.get("SW_CONDITION_STEERINGS", "100"))
 
 def _leaf(rng: random.Random) -> sw.Condition:
     """A condition that holds at some positions of some texts."""
-    kind = rng.randrange(6)
+    kind = rng.randrange(7)
+    if kind == 6:  # a fraction of the feature's top activation in its index
+        return sw.When(sw.Feature(COND, rng.choice(FREQUENT)), above=rng.choice([0.1, 0.3]),
+                       relative=True, scope=rng.choice(["token", "prompt"]))  # fmt: skip
     if kind == 0:
         off = {"off_below": 1.0} if rng.random() < 0.5 else {}
         return sw.When(sw.Feature(COND, rng.choice(FREQUENT)), above=rng.choice([2.0, 5.0]), **off)
@@ -57,7 +65,8 @@ def _leaf(rng: random.Random) -> sw.Condition:
             scope=rng.choice(["token", "prompt"]),
         )  # fmt: skip
     start = rng.randrange(4)
-    return sw.When.tokens(start, start + rng.randrange(1, 6), of=rng.choice(["completion", "all"]))
+    of = rng.choice(["completion", "prompt", "all"])
+    return sw.When.tokens(start, start + rng.randrange(1, 6), of=of)
 
 
 def _real(rng: random.Random, depth: int = 0) -> sw.Condition:
@@ -114,13 +123,27 @@ def _base(rng: random.Random, i: int) -> sw.SteerRequest:
     )  # fmt: skip
 
 
-def _attach(rng: random.Random, request: sw.SteerRequest, cond: sw.Condition) -> sw.SteerRequest:
-    """``cond`` on the whole request, or on every entry (then it gates each alone)."""
-    if rng.random() < 0.5:
-        return request.with_(when=cond)
-    features = [sw.Feature(f.source, f.index, f.strength, when=cond) for f in request.features]
-    vectors = [sw.Vector(v.vector, v.hook, v.strength, when=cond) for v in request.vectors]
-    return request.with_(features=features, vectors=vectors)
+def _attach(rng: random.Random, request: sw.SteerRequest, cond: sw.Condition):
+    """``cond`` on the whole request, on every entry (then it gates each alone) or on some
+    of them, the others left ungated: the request and the request without the gated
+    entries (``None`` where none would be left)."""
+    n_features, n = len(request.features), len(request.features) + len(request.vectors)
+    place = rng.random()
+    if place < 0.3:
+        return request.with_(when=cond), None
+    gated = (
+        set(range(n))
+        if place < 0.55 or n == 1
+        else set(rng.sample(range(n), rng.randint(1, n - 1)))
+    )
+    features = [sw.Feature(f.source, f.index, f.strength, when=cond if i in gated else None)
+                for i, f in enumerate(request.features)]  # fmt: skip
+    vectors = [sw.Vector(v.vector, v.hook, v.strength, when=cond if n_features + i in gated else None)
+               for i, v in enumerate(request.vectors)]  # fmt: skip
+    kept_f = [f for i, f in enumerate(request.features) if i not in gated]
+    kept_v = [v for i, v in enumerate(request.vectors) if n_features + i not in gated]
+    without = request.with_(features=kept_f, vectors=kept_v) if kept_f or kept_v else None
+    return request.with_(features=features, vectors=vectors), without
 
 
 def _same(a: sw.Completion, b: sw.Completion) -> bool:
@@ -138,21 +161,25 @@ def test_conditions_hold_nowhere_everywhere_batch_solo_replay(engine):
     batch: dict[str, sw.SteerRequest] = {}
     for i, base in enumerate(bases):
         batch[f"{i}"] = base
-        batch[f"{i}-never"] = _attach(rng, base, _never(rng))
-        batch[f"{i}-always"] = _attach(rng, base, _always(rng))
+        batch[f"{i}-never"], without = _attach(rng, base, _never(rng))
+        if without is not None:  # the ungated entries still steer: compare with them alone
+            batch[f"{i}-without"] = without
+        batch[f"{i}-always"], _ = _attach(rng, base, _always(rng))
         if i % 2 == 0:  # conditions that switch, for batch = solo and replay
-            batch[f"{i}-real"] = _attach(rng, base, _real(rng))
+            batch[f"{i}-real"], _ = _attach(rng, base, _real(rng))
     engine.clear_caches()
     results = {}
     for part in range(0, len(bases), 25):  # 100 requests a batch
         names = [k for k in batch if int(k.split("-")[0]) in range(part, part + 25)]
         results.update(engine.steer_batch({k: batch[k] for k in names}))
-    changed = mixed = 0
+    changed = mixed = partly = 0
     for i in range(len(bases)):
         plain = results[f"{i}"].outputs
+        partly += f"{i}-without" in results
         for label in _steered(results[f"{i}"]):
             changed += plain[label] != plain["DEFAULT"]
-            assert _same(results[f"{i}-never"].outputs[label], plain["DEFAULT"]), (i, label)
+            left = results[f"{i}-without"].outputs[label] if f"{i}-without" in results else None
+            assert _same(results[f"{i}-never"].outputs[label], left or plain["DEFAULT"]), (i, label)
             assert _same(results[f"{i}-always"].outputs[label], plain[label]), (i, label)
             assert not any(any(g) for g in results[f"{i}-never"].outputs[label].gates.values())
             if f"{i}-real" in results:
@@ -161,6 +188,7 @@ def test_conditions_hold_nowhere_everywhere_batch_solo_replay(engine):
     print(f"steered differently: {changed}; gates that switched: {mixed}")
     assert changed > N_STEERINGS * 0.4, changed  # steering that did nothing would prove nothing
     assert mixed > N_STEERINGS * 0.15, mixed  # conditions that never switch would prove little
+    assert partly > N_STEERINGS * 0.1, partly  # gated and ungated entries in one request
     for i in range(0, len(bases), 6):  # batch = solo and replay = original: every third
         key = f"{i}-real"
         solo = engine.steer(batch[key])
@@ -217,9 +245,11 @@ def test_hysteresis_holds_the_gate_until_the_score_falls(engine):
     assert sum(gate) > sum(plain)  # it did hold on past the threshold
 
 
-def test_a_direction_gate_equals_the_cosine_thresholded(engine):
+@pytest.mark.parametrize("measure,above", [("cosine", 0.02), ("projection", 0.1)])
+def test_a_direction_gate_equals_the_cosine_or_projection_thresholded(engine, measure, above):
     hook = "blocks.5.hook_resid_post"
-    out, text = _gated_run(engine, sw.When(sw.Vector(DIR5, hook), above=0.02))
+    when = sw.When(sw.Vector(DIR5, hook), above=above, measure=measure)
+    out, text = _gated_run(engine, when)
     captured = {}
     tokens = torch.tensor([list(text.ids)])
     engine.model.runtime.forward(
@@ -227,10 +257,23 @@ def test_a_direction_gate_equals_the_cosine_thresholded(engine):
         stop_at_layer=6,
     )  # fmt: skip
     x = captured["x"].double()
-    cosine = (x @ DIR5.double()) / (x.norm(dim=-1) * DIR5.double().norm())
-    cosine[0] = 0.0  # BOS scores 0
+    score = x @ DIR5.double() / DIR5.double().norm()
+    if measure == "cosine":
+        score = score / x.norm(dim=-1)
+    score[0] = 0.0  # BOS scores 0
     gate = out.gates["features[0]"]
-    assert _agree(gate, cosine, 0.02) >= len(gate) - 2
+    assert _agree(gate, score, above) >= len(gate) - 2
+    assert 0 < sum(gate) < len(gate)
+    _, values, threshold = engine.condition_scores(when, PROMPTS[2], out)
+    assert threshold == above and values == pytest.approx(score.tolist(), abs=1e-4)
+
+
+def test_a_relative_gate_is_the_activation_over_its_top_thresholded(engine):
+    top = engine.feature_index(COND)[3187].max_act
+    out, text = _gated_run(engine, sw.When(sw.Feature(COND, 3187), above=0.3, relative=True))
+    gate = out.gates["features[0]"]
+    values = engine.feature_values(text, COND, 3187)
+    assert _agree(gate, values, 0.3 * top) >= len(gate) - 2
     assert 0 < sum(gate) < len(gate)
 
 
@@ -364,3 +407,119 @@ def test_condition_threshold_separates_the_texts_it_is_given(engine):
         with pytest.raises(sw.RequestError) as err:
             engine.condition_threshold(when, pos, neg)
         assert err.value.field == field
+
+
+def test_gated_and_ungated_entries_mix_at_different_hooks(engine):
+    """An entry without a condition beside one with its own steers everywhere; the gated one
+    steers only where its condition holds: never gives the request without it, always the
+    unconditional one (and the ungated entry has no gate log)."""
+    plain = sw.SteerRequest(
+        PROMPTS[0], features=[sw.Feature(STEER_SOURCES[0], 100, 30.0)],
+        vectors=[sw.Vector(DIR5, "blocks.15.hook_resid_post", 8.0)], n_completion_tokens=6,
+        temperature=0.8, seed=3,
+    )  # fmt: skip
+    gated = lambda cond: plain.with_(  # noqa: E731
+        vectors=[sw.Vector(DIR5, "blocks.15.hook_resid_post", 8.0, when=cond)]
+    )
+    window = engine.steer(gated(sw.When.tokens(2))).outputs["STEERED"]
+    assert set(window.gates) == {"vectors[0]"} and 0 < sum(window.gates["vectors[0]"])
+    never = engine.steer(gated(sw.When.tokens(0, 0, of="all"))).outputs["STEERED"]
+    without = engine.steer(plain.with_(vectors=[])).outputs["STEERED"]
+    assert _same(never, without) and not any(never.gates["vectors[0]"])
+    always = engine.steer(gated(sw.When.tokens(of="all"))).outputs["STEERED"]
+    assert _same(always, engine.steer(plain).outputs["STEERED"])
+    token = sw.When(sw.Feature(COND, 3187), above=5.0)  # read at 5, before both entries
+    mixed = engine.steer(
+        plain.with_(
+            when=None,
+            features=[sw.Feature(STEER_SOURCES[0], 100, 30.0, when=token)],
+            vectors=plain.vectors,
+        )
+    ).outputs
+    assert set(mixed["STEERED"].gates) == {"features[0]"}
+
+
+def test_a_token_condition_after_other_steering_is_refused_naming_both(engine):
+    """Rule 1: a token-scope score is what the unsteered model computes, so no entry may
+    steer before the point it is read at, gated or not."""
+    early = sw.Vector(DIR5, "blocks.2.hook_resid_post", 4.0)
+    token = sw.When(sw.Feature(COND, 3187), above=5.0)
+    late = sw.Feature(STEER_SOURCES[0], 100, 30.0, when=token)
+    forwards = engine.residual_cache.forwards
+    for vector in (early, sw.Vector(DIR5, early.hook, 4.0, when=sw.When.tokens(2))):
+        with pytest.raises(sw.RequestError, match="vectors\\[0\\] steers earlier") as err:
+            engine.steer(sw.SteerRequest("Hi", features=[late], vectors=[vector]))
+        assert err.value.field == "features[0].when" and "features[0]" in str(err.value)
+    assert engine.residual_cache.forwards == forwards  # refused before any work
+    # a window or a prompt-scope decision does not read the gated run: allowed
+    for cond in (sw.When.tokens(1), sw.When(sw.Feature(COND, 3187), above=5.0, scope="prompt")):
+        request = sw.SteerRequest("Hi", features=[sw.Feature(STEER_SOURCES[0], 100, 30.0,
+                                  when=cond)], vectors=[early], n_completion_tokens=2)  # fmt: skip
+        assert engine.steer(request).outputs["STEERED"].complete
+
+
+def test_special_tokens_left_unsteered_are_not_logged_as_steered(engine):
+    """With ``steer_special_tokens=False`` the chat template's tokens are never steered, so
+    the gate log says so, and ``evaluate`` counts no gate opened there."""
+    always = sw.When.tokens(of="all")
+    request = sw.SteerRequest(
+        PROMPTS[2], features=[sw.Feature(STEER_SOURCES[0], 100, 30.0)], when=always,
+        types=("STEERED",), n_completion_tokens=2, steer_special_tokens=False,
+    )  # fmt: skip
+    special = engine.text(PROMPTS[2]).special
+    log = engine.steer(request).outputs["STEERED"].gates["features[0]"]
+    assert list(log[: len(special)]) == [not s for s in special] and any(special)
+    assert all(log[len(special) :])
+    log_on = engine.steer(request.with_(steer_special_tokens=True)).outputs["STEERED"].gates
+    assert all(log_on["features[0]"])
+    first = request.with_(prompt="", when=sw.When.tokens(0, 1, of="all"))  # <|im_start|>
+    ev = engine.evaluate(first, prompts=[PROMPTS[2]], off_topic=[PROMPTS[3]], strengths=(1.0,),
+                         judge=["x"], progress=False, n_completion_tokens=2)  # fmt: skip
+    assert list(ev.frame()["gate_opened"]) == [False, False]
+
+
+def test_a_token_threshold_fit_agrees_with_the_gates_on_chat_prompts(engine):
+    """A token-scope fit reads every position its gate reads, chat template tokens included:
+    feature 2204 at layer 5 fires on the template only, so chats and plain texts separate,
+    and the fitted gate opens on exactly the texts the fit says it does."""
+    when = sw.When(sw.Feature(COND, 2204), above=0.0)
+    positive, negative = PROMPTS[2:], PROMPTS[:2]
+    fit = engine.condition_threshold(when, positive, negative)
+    for texts, scores in ((positive, fit.positive_scores), (negative, fit.negative_scores)):
+        for prompt, score in zip(texts, scores, strict=True):
+            _, values, _ = engine.condition_scores(when, prompt)
+            assert score == pytest.approx(max(values))
+    steering = sw.SteerRequest("", features=[sw.Feature(STEER_SOURCES[0], 100, 30.0)],
+                               when=fit.when, types=("STEERED",), n_completion_tokens=1)  # fmt: skip
+    opened = []
+    for prompt in positive + negative:
+        gates = engine.steer(steering.with_(prompt=prompt)).outputs["STEERED"].gates
+        n = len(engine.text(prompt).ids)
+        opened.append(any(gates["features[0]"][:n]))
+    predicted = [s > fit.threshold for s in fit.positive_scores + fit.negative_scores]
+    assert opened == predicted and (fit.precision, fit.recall) == (1.0, 1.0)
+
+
+def test_a_conditional_result_is_explained_with_its_gates(engine):
+    """Effects, attribution and "what changed" read each gated entry where it steered:
+    tokens predicted before the window opened have exactly no effect and no share."""
+    request = sw.SteerRequest(
+        PROMPTS[0], features=[sw.Feature(STEER_SOURCES[0], 100, 60.0)],
+        when=sw.When.tokens(3), n_completion_tokens=8, temperature=0.0,
+    )  # fmt: skip
+    result = engine.steer(request)
+    out = result.outputs["STEERED"]
+    assert out.gated_tokens() == (False,) * 4 + (True,) * 4
+    effect = engine.steering_effect(result)
+    assert effect.gated == out.gated_tokens() and effect.frame()["gated"].tolist()[3] is False
+    assert all(e == 0.0 for e in effect.effect[:4]), effect.effect
+    assert any(e != 0.0 for e in effect.effect[4:])
+    early = engine.attribute(result, "STEERED", 2, n=2)
+    assert [r.attribution for r in early.rows] == [0.0]  # nothing added: no share, exactly
+    assert abs(early.gain) < 1e-4  # two forward paths of one unsteered text
+    late = engine.attribute(result, "STEERED", 6, n=2)
+    assert late.rows[0].attribution != 0.0
+    changed = engine.steering_features(result, STEER_SOURCES[0], 4)
+    unconditional = engine.steering_features(engine.steer(request.with_(when=None)),
+                                             STEER_SOURCES[0], 4)  # fmt: skip
+    assert changed.features and changed != unconditional

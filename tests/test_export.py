@@ -21,6 +21,7 @@ from chromium import offline_page, require_chromium
 from disk_full import fill_disk_halfway
 
 from steer_widgets import export as sw_export
+from steer_widgets.errors import RequestError
 
 ROOT = Path(__file__).resolve().parents[1]
 PROMPT = "The capital of France is"
@@ -213,6 +214,26 @@ def test_export_without_running_uses_stored_state(tmp_path):
     page = out.read_text(encoding="utf-8")
     assert "Notes only" in page and "RequireJS" in page
     assert "libembed-amd" not in page  # no widget state: the renderer is not inlined
+
+
+def test_export_paths_start_at_the_home_folder(tmp_path, monkeypatch):
+    """``~`` is the home folder for the notebook and the page, as for every file the package
+    takes (``files.user_path``): the export made a folder named ``~`` in the working one."""
+    home, cwd = tmp_path / "home", tmp_path / "cwd"
+    home.mkdir()
+    cwd.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(cwd)
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell("# Notes at home")]
+    nbformat.write(nb, str(home / "notes.ipynb"))
+    out = sw_export.export("~/notes.ipynb", "~/pages/notes.html", run=False)
+    assert out == home / "pages" / "notes.html"
+    assert "Notes at home" in out.read_text(encoding="utf-8")
+    assert list(cwd.iterdir()) == []
+    with pytest.raises(RequestError) as err:  # no path: refused by name, as a view's is
+        sw_export.export("~/notes.ipynb", 7, run=False)
+    assert err.value.field == "out"
 
 
 def test_an_export_cut_short_is_named_and_leaves_the_old_page(tmp_path, monkeypatch):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import threading
+from dataclasses import replace
 
 import pytest
 import torch
@@ -451,15 +452,9 @@ def test_evaluate_over_the_server_equals_the_local_engine(remote, engine, source
 def test_prompt_scope_conditions_are_decided_here_and_served(remote, engine):
     """A prompt-scope condition is decided from the server's /v1/capture before the request:
     off, STEERED is DEFAULT's generation; on, it is the unconditional steering's."""
-    source, index = "5-smollm2-res-4k", 3187
-    prompts = ["The weather today", "Hello"]
-    means = []
-    for prompt in prompts:
-        text = engine.text(prompt)
-        values = engine.feature_values(text, source, index)[~torch.tensor(text.special)]
-        means.append(float(values.mean()))
-    cut = sum(means) / 2
-    assert min(abs(m - cut) for m in means) > 0.5  # far from the threshold on either runtime
+    source, index = CONDITION
+    prompts = list(CONDITION_PROMPTS)
+    means, cut = _prompt_means(engine)
     base = sw.SteerRequest(
         prompts[0], features=[sw.Feature("10-smollm2-res-4k", 100, 30.0)], n_completion_tokens=4,
         temperature=0.0,
@@ -473,3 +468,118 @@ def test_prompt_scope_conditions_are_decided_here_and_served(remote, engine):
         assert got.token_ids == want.token_ids, prompt
         assert set(got.gates["features[0]"]) == {on}
     assert plain["STEERED"].token_ids != plain["DEFAULT"].token_ids  # the steering does steer
+
+
+CONDITION = ("5-smollm2-res-4k", 3187)  # a feature whose prompt mean parts the two prompts
+CONDITION_PROMPTS = ("The weather today", "Hello")  # above the cut, below it
+
+
+def _prompt_means(engine) -> tuple[list[float], float]:
+    """``CONDITION``'s mean over each of ``CONDITION_PROMPTS`` (special tokens left out, as a
+    prompt-scope condition reads it) and a cut halfway between them."""
+    source, index = CONDITION
+    means = []
+    for prompt in CONDITION_PROMPTS:
+        text = engine.text(prompt)
+        values = engine.feature_values(text, source, index)[~torch.tensor(text.special)]
+        means.append(float(values.mean()))
+    cut = sum(means) / 2
+    assert min(abs(m - cut) for m in means) > 0.5  # far from the threshold on either runtime
+    return means, cut
+
+
+def _wire(remote, monkeypatch) -> dict[str, list[tuple[str, int]]]:
+    """Filled with what each ``/v1/generate`` asked the server to steer, by output label:
+    the (point, layer) of every op in its body."""
+    sent: dict[str, list[tuple[str, int]]] = {}
+    real = remote.client.stream
+
+    def stream(path, body, halt=lambda: False, what=""):
+        if path == "/v1/generate":
+            ops = [(w["point"], int(k)) for w in body.get("steering", ()) for k in w["layers"]]
+            sent[what] = sorted(ops)
+        yield from real(path, body, halt, what)
+
+    monkeypatch.setattr(remote.client, "stream", stream)
+    return sent
+
+
+def test_gated_and_ungated_entries_together_over_the_server(remote, engine, monkeypatch):
+    """Issue 67 item 1: an entry without a condition steers always beside a prompt-scope
+    gated one (it used to get an empty gate, which failed in ``_decided``); a request-level
+    condition gates every entry, and where an entry has its own as well both must hold."""
+    means, cut = _prompt_means(engine)
+    source, index = CONDITION
+
+    def when(**bound):
+        return sw.When(sw.Feature(source, index), scope="prompt", reduce="mean", **bound)
+
+    hi, lo, always = when(above=cut), when(below=cut), when(above=min(means) - 1.0)
+    f10, f5 = sw.Feature("10-smollm2-res-4k", 100, 30.0), sw.Feature("5-smollm2-res-4k", 9, 20.0)
+    vector = sw.Vector(torch.linspace(-1, 1, 576), "blocks.4.hook_resid_pre", 5.0)
+    F10, F5, V4 = ("resid_post", 10), ("resid_post", 5), ("resid_pre", 4)
+    gated_f10 = replace(f10, when=hi)
+    # entries -> per prompt (hi holds on the first, lo on the second): wire ops, gates
+    cases = {
+        "feature gated, feature not": (
+            {"features": [gated_f10, f5]},
+            [([F5, F10], {"features[0]": True}), ([F5], {"features[0]": False})],
+        ),
+        "vector gated, feature not": (
+            {"features": [f10], "vectors": [replace(vector, when=hi)]},
+            [([V4, F10], {"vectors[0]": True}), ([F10], {"vectors[0]": False})],
+        ),
+        "request and entry conditions": (
+            {"features": [gated_f10, f5], "when": lo},  # features[0]: hi and lo, never
+            [
+                ([], {"features[0]": False, "features[1]": False}),
+                ([F5], {"features[0]": False, "features[1]": True}),
+            ],
+        ),
+        "request condition that always holds": (
+            {"features": [gated_f10, f5], "when": always},
+            [
+                ([F5, F10], {"features[0]": True, "features[1]": True}),
+                ([F5], {"features[0]": False, "features[1]": True}),
+            ],
+        ),
+    }
+    sent = _wire(remote, monkeypatch)
+    base = sw.SteerRequest("", types=("STEERED",), temperature=0, n_completion_tokens=3)
+    got, want = {}, {}
+    for name, (fields, expected) in cases.items():
+        for prompt, (ops, gates) in zip(CONDITION_PROMPTS, expected, strict=True):
+            sent.clear()
+            out = remote.steer(base.with_(prompt=prompt, **fields)).outputs["STEERED"]
+            got[name, prompt] = (sent["STEERED"], {k: set(v) for k, v in out.gates.items()})
+            want[name, prompt] = (sorted(ops), {k: {on} for k, on in gates.items()})
+    assert got == want
+
+
+def test_a_stream_the_server_ended_early_is_complete(remote, monkeypatch):
+    """Issue 67 item 8: a server may stop on a token our stop ids lack; its 'done' line says
+    the row ended, so the output is "eos". It used to be "cancelled": the remote DEFAULT was
+    never cached and evaluate dropped the prompt's rows."""
+    monkeypatch.setattr(remote.decoder, "stop_ids", frozenset())  # the server's eos unknown here
+    ask = [{"role": "user", "content": "What is 2+2?"}]  # greedy: a dozen tokens, then eos
+    feature = sw.Feature("10-smollm2-res-4k", 5, 4.0)
+    request = sw.SteerRequest(ask, features=[feature], temperature=0, n_completion_tokens=40)
+    remote.clear_caches()
+    try:
+        first = remote.steer(request).outputs["DEFAULT"]
+        sent = remote.client.stats["requests"]
+        remote.steer(request.with_(features=[replace(feature, strength=8.0)]))
+        again = remote.client.stats["requests"] - sent
+        ev = remote.evaluate(request, [ask], (0.0,), ["4"], progress=False, n_completion_tokens=40)
+    finally:
+        remote.clear_caches()  # DEFAULTs decoded without the stop ids
+    got = {
+        "DEFAULT": (first.stop, len(first.token_ids) < 40),
+        "requests of the second steer": again,
+        "evaluation": (ev.complete, [(r.strength, r.stop) for r in ev.rows]),
+    }
+    assert got == {
+        "DEFAULT": ("eos", True),
+        "requests of the second steer": 1,  # STEERED only: DEFAULT came from the cache
+        "evaluation": (True, [(0.0, "eos")]),
+    }

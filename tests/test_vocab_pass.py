@@ -11,7 +11,14 @@ import pytest
 import torch
 
 from steer_widgets.runtime import native
-from steer_widgets.steering.generation import Row, RowSampler, Sampling, sample_step, token_prob
+from steer_widgets.steering.generation import (
+    Row,
+    RowSampler,
+    Sampling,
+    sample_rows,
+    sample_step,
+    token_prob,
+)
 
 VOCAB = 49152  # the default model's
 NAN, INF = float("nan"), float("inf")
@@ -57,7 +64,7 @@ def test_the_native_pass_equals_the_row_by_row_path(threads, n_threads, queued):
         for sampler in fast if queued else ():
             sampler.prefetch()
         got = sample_step(fast, rows, live, logits)
-        want = sample_step(slow, rows, live, logits, native_pass=False)
+        want = sample_rows(slow, rows, live, logits)
         assert got == want, f"step {step}"
         for a, b in zip(fast, slow, strict=True):
             assert torch.equal(a.counts, b.counts)

@@ -14,6 +14,7 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from ..steering.gates import recorded
 from ..steering.requests import Direction, build_plan
 from ..steering.results import Completion, SteerResult
 
@@ -35,13 +36,16 @@ class Case:
 
     def ops(self, directions: Sequence[Direction], scale: float = 1.0) -> Hooks:
         """The row's hook functions with only ``directions``, at ``scale`` times its
-        multiplier (position-aware: prompt positions as generation steered them)."""
+        multiplier (position-aware: prompt positions as generation steered them, and a
+        gated entry only where its recorded gate was on, ``gates.recorded``)."""
         if not directions or self.multiplier is None:
             return {}
         request = self.result.request.with_(
             strength_multiplier=self.multiplier * scale, sweep=(), types=("STEERED",)
         )
-        return dict(build_plan(request, directions, self.special).outputs[0].row.ops)
+        gates = self.completion.gates
+        gated = None if gates is None else recorded(gates)  # each entry where it steered
+        return dict(build_plan(request, directions, self.special, gated).outputs[0].row.ops)
 
 
 def steering_key(result: SteerResult) -> str:

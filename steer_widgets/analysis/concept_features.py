@@ -53,35 +53,38 @@ def fit_rows(rows: Tensor, target: Tensor, k: int) -> Fit:
     rows, target = rows.double(), target.double()
     unit = torch.nn.functional.normalize(rows, dim=1)
     picked: list[int] = []
+    tried: list[int] = []  # picked once: never again, kept or dropped
     coefs = torch.zeros(0, dtype=torch.float64)
     residual = target.clone()
     norm = float(target.norm())
     for _ in range(min(k, rows.shape[0])):
         score = unit @ residual
-        if picked:
-            score[picked] = float("-inf")
+        if tried:
+            score[tried] = float("-inf")
         best = int(score.argmax())
         if float(score[best]) <= 1e-9 * norm:
             break
-        picked.append(best)
-        picked, coefs = _nonnegative_refit(rows, target, picked)
-        residual = target - coefs @ rows[picked]
+        tried.append(best)
+        picked, coefs = _nonnegative_refit(rows, target, [*picked, best])
+        residual = target - coefs @ rows[picked] if picked else target.clone()
         if float(residual.norm()) <= (1 - EXPLAINED) * norm:
             break
     return Fit(picked, coefs.tolist())
 
 
 def _nonnegative_refit(rows: Tensor, target: Tensor, picked: list[int]):
-    """Least squares on ``picked``; rows whose coefficient comes out negative are dropped
-    (the most negative first) and the rest refitted, until all are non-negative."""
+    """Least squares on ``picked``; rows whose coefficient comes out negative or zero are
+    dropped (the lowest first) and the rest refitted, until every one is positive: a set's
+    features all push, none sits in it at strength 0."""
     picked = list(picked)
-    while True:
+    while picked:
         a = rows[picked].T  # [d, m]
         coefs = torch.linalg.lstsq(a, target.unsqueeze(1)).solution.squeeze(1)
         worst = int(coefs.argmin())
-        if float(coefs[worst]) >= 0 or len(picked) == 1:
-            return picked, coefs.clamp_min(0)
+        if float(coefs[worst]) > 0:
+            return picked, coefs
         del picked[worst]
+    return picked, torch.zeros(0, dtype=torch.float64)
 
 
 class ConceptFeatures(list):

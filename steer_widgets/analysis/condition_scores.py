@@ -72,13 +72,16 @@ class ConditionScores:
 
     def fit_threshold(self, when: When, positive: Sequence, negative: Sequence) -> ThresholdFit:
         """The threshold of ``when`` that best tells ``positive`` texts from ``negative``
-        ones (F1): a prompt-scope condition decides once per text (its ``reduce``); a
-        token-scope one is on somewhere in a text where its top (``above``) or bottom
-        (``below``) score passes. Candidates are the midpoints between neighbouring scores."""
+        ones (F1): a prompt-scope condition decides once per text (its ``reduce`` over the
+        non-special tokens, as ``decide``); a token-scope one is on somewhere in a text where
+        its top (``above``) or bottom (``below``) score over every position passes, special
+        tokens and BOS (scored 0) included, since its gate reads them all. Candidates are the
+        midpoints between neighbouring scores."""
         _check_fittable(when)
         m = self.measure(when, "when")
         above = when.below is None
-        how = when.reduce if when.scope == "prompt" else ("max" if above else "min")
+        token = when.scope == "token"  # a token gate reads every position, BOS scoring 0
+        how = ("max" if above else "min") if token else when.reduce
         texts = {"positive": positive, "negative": negative}
         values = {}
         for name, group in texts.items():
@@ -88,7 +91,8 @@ class ConditionScores:
                     text = self.analysis.text(prompt)
                 except RequestError as err:  # the text's own problem, named by its place
                     raise RequestError(f"{name}[{i}]", err.problem) from None
-                values[name].append(self.reduced(m, text.ids, text.special, how) / m.scale)
+                special = [False] * len(text.ids) if token else text.special
+                values[name].append(self.reduced(m, text.ids, special, how) / m.scale)
             if not values[name]:
                 raise RequestError(name, "is empty: give at least one text")
         return _best_split(when, values["positive"], values["negative"], above)

@@ -14,6 +14,10 @@ checked ``cases.Case``:
   removals;
 * the features the steering moved over the whole completion: ``changed_features``.
 
+A conditional result (``sw.When``) is read with each gated entry steering exactly where its
+output recorded its gate (``Case.ops``, ``gates.recorded``), so a token no gate reached has
+no effect from that entry and no share of its gain.
+
 The result types are in ``explanations``.
 """
 
@@ -66,6 +70,7 @@ class Explainer:
             comp.token_ids,
             steered,
             unsteered,
+            comp.gated_tokens(),
         )
 
     def attribute(
@@ -124,12 +129,13 @@ class Explainer:
         if not isinstance(label, str) or label not in result.outputs:
             raise RequestError("label", f"{label!r} is not in the result {list(result.outputs)}")
         gated = conditioned(result.request)
-        if gated:
-            raise RequestError(
-                f"result.request.{gated}",
-                "conditional steering is not explained yet: each token's gate would have to "
-                "enter the attribution; explain the same steering without its condition",
-            )
+        if gated and output_multipliers(result.request).get(label) is not None:
+            if result.outputs[label].gates is None:
+                raise RequestError(
+                    f"result.outputs[{label!r}].gates",
+                    f"is missing: {gated} gated this output, and explaining it needs the "
+                    "gate it recorded at each position",
+                )
         prompt, _ = engine.plan(result.request)  # the request must resolve on this engine
         if tuple(prompt.ids) != tuple(result.prompt_ids):
             raise RequestError("result", "its prompt tokens differ from this engine's")

@@ -28,13 +28,18 @@ def _pct(q: float) -> str:
 @dataclass(frozen=True)
 class SteeringEffect:
     """Per token of one output: its log-probability as generated (steered) and under the
-    unsteered model given the same prefix; ``effect`` is their difference (nats)."""
+    unsteered model given the same prefix; ``effect`` is their difference (nats).
+
+    ``gated`` (conditional steering only): whether some gate was on at the position that
+    predicted the token (``Completion.gated_tokens``). Where no gate was on up to that
+    position and nothing else steers, the effect is exactly 0."""
 
     label: str
     tokens: tuple[str, ...]
     token_ids: tuple[int, ...]
     logprob_steered: tuple[float, ...]
     logprob_unsteered: tuple[float, ...]
+    gated: tuple[bool, ...] | None = None
 
     @property
     def effect(self) -> tuple[float, ...]:
@@ -50,15 +55,16 @@ class SteeringEffect:
     def frame(self):
         import pandas as pd
 
-        return pd.DataFrame(
-            {
-                "position": range(len(self.tokens)),
-                "token": self.tokens,
-                "p_steered": [math.exp(x) for x in self.logprob_steered],
-                "p_unsteered": [math.exp(x) for x in self.logprob_unsteered],
-                "effect": self.effect,
-            }
-        )
+        columns = {
+            "position": range(len(self.tokens)),
+            "token": self.tokens,
+            "p_steered": [math.exp(x) for x in self.logprob_steered],
+            "p_unsteered": [math.exp(x) for x in self.logprob_unsteered],
+            "effect": self.effect,
+        }
+        if self.gated is not None:
+            columns["gated"] = self.gated
+        return pd.DataFrame(columns)
 
 
 @dataclass(frozen=True)

@@ -52,7 +52,7 @@ from ..steering.requests import (
     unsteered,
     validate_shape,
 )
-from ..steering.results import Completion, Frame, SteerResult, ordered
+from ..steering.results import Completion, Frame, SteerResult, final_stop, ordered
 from .client import TOKEN_ENV, RemoteClient, decode_tensor, encode_tensor
 
 # TransformerLens hook kind -> the server's canonical point name (same tensor, checked in tests).
@@ -316,12 +316,13 @@ class RemoteEngine(Engine, kind="remote"):
     def _finals(
         self, streams: _Streams, wanted: int, cut: str = "cancelled"
     ) -> dict[str, Completion]:
-        """Each streamed output with its stop by the engine's one rule (``decoder.final``:
-        eos, length at ``wanted`` tokens); one cut off before either stops ``cut``."""
-        out = {}
+        """Each streamed output with its stop by the one rule (``results.final_stop``), told
+        which streams the server finished: one it ended short on a stop token we do not
+        know is "eos"; one cut off by our cancel or a broken stream stops ``cut``."""
+        decoder, out = self.decoder, {}
         for label, ids in streams.ids.items():
-            final = self.decoder.final(ids, wanted)
-            out[label] = final if final.complete else replace(final, stop=cut)
+            stop = final_stop(ids, wanted, decoder.stop_ids, label in streams.finished)
+            out[label] = decoder.completion(ids, cut if stop == "cancelled" else stop)
         return out
 
     def _bodies(self, request, prompt, plan: Plan, skip_default: bool) -> dict[str, dict]:
@@ -443,7 +444,8 @@ class _Streams:
     """Concurrent ``/v1/generate`` streams, one thread each, merged into one token feed.
 
     Each thread checks ``cancel`` (and ``close()``) after every line it reads, so a cancelled
-    or abandoned stream is closed within one token.
+    or abandoned stream is closed within one token. ``finished``: the streams whose ``done``
+    line came, the server's word that the row ended (``results.final_stop``).
     """
 
     def __init__(self, client: RemoteClient, bodies: dict[str, dict], cancel: threading.Event):

@@ -98,6 +98,7 @@ def load_model(
     elsewhere.
     """
     _check_load(name, device, dtype, backend, kernel)
+    products_name(products)
     if quantized is not None and not isinstance(quantized, bool):
         raise RequestError("quantized", f"must be True, False or None, got {quantized!r}")
     hub_id: str | None = None
@@ -171,13 +172,20 @@ def _check_load(name, device, dtype, backend, kernel) -> None:
         raise RequestError("kernel", f"must be a kernel name, got {kernel!r}")
 
 
-def _check_products(products, name, gguf: Path | None, device, dtype, backend, kernel) -> None:
-    """``products`` against everything else asked of the load, before anything is read."""
-    from . import native
+def products_name(products) -> str:
+    """``products`` is one of ``quant.PRODUCTS`` by name: the one check of its value, which
+    ``Engine`` runs too, so "" or ``False`` is refused, not read as the default."""
     from .quant import PRODUCTS
 
     if not isinstance(products, str) or products not in PRODUCTS:
         raise RequestError("products", f"must be one of {PRODUCTS}, got {products!r}")
+    return products
+
+
+def _check_products(products, name, gguf: Path | None, device, dtype, backend, kernel) -> None:
+    """``products`` against everything else asked of the load, before anything is read."""
+    from . import native
+
     if products == "float32":
         return
     refusal = (

@@ -33,7 +33,7 @@ always holds gives exactly the unconditional steering.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 
 import torch
 
@@ -160,13 +160,6 @@ def _keys(field: str, d: Mapping, required: tuple[str, ...], optional=()) -> Non
         raise RequestError(field, f"has missing keys {missing} or unknown keys {extra}")
 
 
-def both(a: Condition | None, b: Condition | None) -> Condition | None:
-    """The condition of an entry under a request's: both must hold (either may be absent)."""
-    if a is None or b is None:
-        return a if b is None else b
-    return a & b
-
-
 # -- execution order of hook points ----------------------------------------------------------
 def point(hook: str) -> tuple[int, int]:
     """Where ``hook`` runs in a forward pass, as a sortable key: ``blocks.L+1.hook_resid_pre``
@@ -188,8 +181,3 @@ def read_hook(hook: str) -> str:
     if layer and hook == f"blocks.{layer}.hook_resid_pre":
         return f"blocks.{layer - 1}.hook_resid_post"
     return hook
-
-
-def uses(cond: Condition | None, kinds: Sequence[type]) -> bool:
-    """Whether any leaf of ``cond`` is one of ``kinds``."""
-    return cond is not None and any(isinstance(leaf, tuple(kinds)) for leaf in cond.leaves())

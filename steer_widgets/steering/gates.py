@@ -10,7 +10,7 @@ state starts afresh whenever a forward pass starts at position 0.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -111,6 +111,24 @@ class Negated(Gate):
 
 
 @dataclass(frozen=True)
+class Recorded(Gate):
+    """A gate as a finished output logged it (``Completion.gates``), so that a text read
+    again (explanations) is steered exactly where it was. Positions past the log are off:
+    the last generated token was never run while decoding, so it had no gate."""
+
+    log: tuple[bool, ...]
+
+    def mask(self, gates: RowGates, positions: Tensor) -> Tensor:
+        n = len(self.log)
+        return torch.tensor([p < n and self.log[p] for p in positions.tolist()], dtype=torch.bool)
+
+
+def recorded(logs: Mapping[str, Sequence[bool]]) -> Resolved:
+    """The gates an output recorded, as a ``Resolved`` that reads nothing."""
+    return Resolved((), {name: Recorded(tuple(bool(v) for v in log)) for name, log in logs.items()})
+
+
+@dataclass(frozen=True)
 class Resolved:
     """A request's conditions, resolved: the scores its rows read and each gated entry's
     gate (by entry name, ``features[0]``, ``vectors[1]``)."""
@@ -143,7 +161,6 @@ class RowGates:
         self.resolved, self.prompt_length = resolved, prompt_length
         n = len(resolved.scores)
         self.current: list[Tensor] = [torch.zeros(0, dtype=torch.bool)] * n
-        self.values: list[list[float]] = [[] for _ in range(n)]
         self._was_on = [False] * n
         self._log: dict[str, list[bool]] = {name: [] for name in resolved.entries}
 
@@ -159,16 +176,17 @@ class RowGates:
             s = score.fn(flat.float().cpu()).double()  # thresholds compare as Python floats
             if score.zero_first and start == 0:
                 s[0] = 0.0
-            self.values[slot] += s.tolist()
             self.current[slot] = self._decide(slot, score, s)
 
-    def mask(self, entry: str, start: int, length: int) -> Tensor:
-        """Where ``entry`` steers at positions ``start..start+length`` (logged)."""
+    def mask(self, entry: str, start: int, length: int, kept: Tensor | None = None) -> Tensor:
+        """Where ``entry``'s gate is on at positions ``start..start+length``. The log
+        records where it steered: not at positions the row keeps unsteered anyway (``kept``,
+        the special tokens ``steer_special_tokens=False`` leaves alone)."""
         positions = torch.arange(start, start + length)
         on = self.resolved.entries[entry].mask(self, positions)
         log = self._log[entry]
         del log[start:]
-        log += on.tolist()
+        log += (on if kept is None else on & ~kept).tolist()
         return on
 
     def log(self) -> dict[str, tuple[bool, ...]]:
@@ -177,7 +195,6 @@ class RowGates:
 
     def _restart(self) -> None:
         self._was_on = [False] * len(self._was_on)
-        self.values = [[] for _ in self.values]
         for values in self._log.values():
             values.clear()
 
@@ -277,6 +294,8 @@ def resolve(
     for name, (own, hook) in entries.items():
         parts = [comp.gate(own, f"{name}.when")] if own is not None else []
         parts += [shared] if shared is not None else []
+        if not parts:
+            continue  # ungated: it steers everywhere, as without any condition
         gates[name] = parts[0] if len(parts) == 1 else Every(tuple(parts))
         for slot in comp.reads(gates[name]):
             read = comp.scores[slot].hook
@@ -287,4 +306,24 @@ def resolve(
                     "its decision is not known when that steering runs (read it at or "
                     "before the steering's hook, or use scope='prompt')",
                 )
+    _check_reads_unsteered(comp, gates, {name: hook for name, (_, hook) in entries.items()})
     return Resolved(tuple(comp.scores), gates)
+
+
+def _check_reads_unsteered(comp: _Compiler, gates: Mapping[str, Gate], hooks: Mapping[str, str]):
+    """Rule 1 of ``docs/conditions.md`` across entries: a token-scope score is what the
+    unsteered model computes only if no entry steers at an earlier point. Any entry there,
+    gated or not, changes the residual the score reads, so the request is refused, naming
+    the condition, the entry it gates and the entry that steers first."""
+    for name, gate in gates.items():
+        for slot in comp.reads(gate):
+            read = comp.scores[slot].hook
+            for other, hook in hooks.items():
+                if point(hook) < point(read):
+                    raise RequestError(
+                        comp.fields[slot],
+                        f"is a token-scope condition of {name} read at {read}, but {other} "
+                        f"steers earlier, at {hook}: the score would read a steered residual, "
+                        "not the unsteered model's (move the condition to or before "
+                        f"{hook}, or use scope='prompt')",
+                    )

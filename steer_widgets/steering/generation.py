@@ -262,22 +262,30 @@ def _prefetch(samplers: Sequence[RowSampler], rows: Sequence[Row], ended: Sequen
             sampler.prefetch()
 
 
+Picks = tuple[list[int | None], list[TokenProb | None]]  # each row's token and TokenProb
+
+
 def sample_step(
-    samplers: Sequence[RowSampler],
-    rows: Sequence[Row],
-    live: Sequence[int],
-    logits: Tensor,
-    native_pass: bool = True,
-) -> tuple[list[int | None], list[TokenProb | None]]:
+    samplers: Sequence[RowSampler], rows: Sequence[Row], live: Sequence[int], logits: Tensor
+) -> Picks:
     """Each live row's token (a follower copies its row's) and its ``TokenProb``, from
     ``logits`` [len(live), vocab]; ``None`` for the other rows. One native pass over every
     row where the kernel is loaded (``native.vocab_pass``: the same tokens and numbers, rows
-    side by side), else, or with ``native_pass=False`` (the reference the tests and the
-    benchmark compare it with), row by row here."""
+    side by side), else ``sample_rows``."""
     tokens: list[int | None] = [None] * len(rows)
     probs: list[TokenProb | None] = [None] * len(rows)
-    if native_pass and _native_step(samplers, rows, live, logits, tokens, probs):
+    if _native_step(samplers, rows, live, logits, tokens, probs):
         return tokens, probs
+    return sample_rows(samplers, rows, live, logits)
+
+
+def sample_rows(
+    samplers: Sequence[RowSampler], rows: Sequence[Row], live: Sequence[int], logits: Tensor
+) -> Picks:
+    """``sample_step`` row by row in torch: where the kernel is not loaded, and the
+    reference the native pass is held to."""
+    tokens: list[int | None] = [None] * len(rows)
+    probs: list[TokenProb | None] = [None] * len(rows)
     for b, r in enumerate(live):
         follow = rows[r].follow
         tokens[r] = samplers[r].next(logits[b]) if follow is None else tokens[follow]

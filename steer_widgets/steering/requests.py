@@ -472,13 +472,13 @@ def row_op(
     units = [unit(d.vector, d.field) for d in directions] if method != "SIMPLE_ADDITIVE" else None
     gated = set() if gates is None else set(gates.resolved.entries)
 
-    def steer(x: Tensor, scale: float | Tensor, start: int) -> Tensor:
+    def steer(x: Tensor, scale: float | Tensor, start: int, kept: Tensor | None = None) -> Tensor:
         new = x
         for i, d in enumerate(directions):
             c = coefs[i] * scale
             stepped = _apply(method, new, d.vector, units[i] if units else None, c, d.centred)
             if d.entry in gated:
-                on = gates.mask(d.entry, start, x.shape[1]).to(x.device)
+                on = gates.mask(d.entry, start, x.shape[1], kept).to(x.device)
                 stepped = torch.where(on.view(1, -1, *[1] * (x.dim() - 2)), stepped, new)
             new = stepped
         return new
@@ -491,9 +491,9 @@ def row_op(
         scale: float | Tensor = 1.0  # a mask alone keeps the plain coefficient's arithmetic
         if prompt.multiplier != 1.0:
             scale = torch.where(in_prompt, prompt.multiplier, 1.0).to(x.device)[None, :, None]
-        keep = in_prompt & prompt.unsteered[pos.clamp(max=len(prompt.unsteered) - 1)]
-        keep = keep.to(x.device).view(1, -1, *[1] * (x.dim() - 2))  # hook_z is [B, T, H, d]
-        return torch.where(keep, x, steer(x, scale, start))
+        kept = in_prompt & prompt.unsteered[pos.clamp(max=len(prompt.unsteered) - 1)]
+        keep = kept.to(x.device).view(1, -1, *[1] * (x.dim() - 2))  # hook_z is [B, T, H, d]
+        return torch.where(keep, x, steer(x, scale, start, kept))
 
     return op
 

@@ -13,17 +13,30 @@ from .requests import SteerRequest, output_multipliers
 COMPLETE_STOPS = ("eos", "length")
 
 
-def final_stop(ids: Sequence[int], wanted: int, stop_ids: Collection[int]) -> str:
+def final_stop(
+    ids: Sequence[int], wanted: int, stop_ids: Collection[int], finished: bool = False
+) -> str:
     """How a decoded row ended, the one rule every decode, stream and cache uses.
 
     ``"eos"`` if its last token is a stop token, ``"length"`` if it has all ``wanted``
     tokens, else ``"cancelled"``: cut off before either, so never complete and never cached
     as a DEFAULT. It reads the tokens, not a cancel flag: a cancel that lands after a row's
     last step leaves that row complete, and one that cut a row short is never "length".
+    ``finished``: the row's producer says it ended (a server's ``done`` line), so a short
+    row is "eos" even on a stop token ``stop_ids`` lacks (the server's own), not cut off.
     """
     if ids and ids[-1] in stop_ids:
         return "eos"
-    return "length" if len(ids) >= wanted else "cancelled"
+    if len(ids) >= wanted:
+        return "length"
+    return "eos" if finished else "cancelled"
+
+
+def cut_short(outputs: Mapping[str, Completion]) -> bool:
+    """Whether any output of a run was cut off (``final_stop`` said "cancelled"): the one
+    test of "this run is incomplete" for the engine, the explorer and its panels. A cancel
+    that lands after every row's last step leaves the run complete."""
+    return any(c.stop == "cancelled" for c in outputs.values())
 
 
 @dataclass(frozen=True)
@@ -55,6 +68,20 @@ class Completion:
         complete DEFAULT is cached and served again."""
         return self.stop in COMPLETE_STOPS
 
+    def gated_tokens(self) -> tuple[bool, ...] | None:
+        """Per generated token, whether it was written under a conditional steering: some
+        gate on at the position that predicted it (the one before it; the last prompt
+        position for the first token). ``None`` for an output without conditions."""
+        if self.gates is None:
+            return None
+        n = len(self.token_ids)
+        out = [False] * n
+        for log in self.gates.values():
+            first = len(log) - n  # the position that predicted token 0 (the log lags one)
+            for k in range(n):
+                out[k] = out[k] or (0 <= first + k < len(log) and bool(log[first + k]))
+        return tuple(out)
+
     @property
     def logprobs(self) -> tuple[float, ...] | None:
         """Each token's log-probability (``None``: not available from this backend)."""
@@ -82,7 +109,7 @@ class SteerResult:
 
     @property
     def cancelled(self) -> bool:
-        return any(c.stop == "cancelled" for c in self.outputs.values())
+        return cut_short(self.outputs)
 
     def to_dict(self) -> dict:
         """A JSON-able record of settings and outputs; ``Engine.steer(record)`` replays it."""

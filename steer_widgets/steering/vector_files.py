@@ -33,7 +33,7 @@ import torch
 
 from ..checks import public
 from ..errors import VectorError, VectorModelMismatch, VectorUnsupported
-from ..files import write_atomically, write_text_atomically
+from ..files import user_path, write_atomically, write_text_atomically
 from .requests import Vector
 from .vectors import (
     VectorList,
@@ -270,11 +270,11 @@ def _in_path(source, where: str) -> Path:
             f"steering-vectors SteeringVector or a Neuronpedia dict, got {source!r:.80}",
         )
     try:
-        path = Path(source).expanduser()
+        path = user_path(source, where, VectorError)
         if path.is_file():
             return path
-    except (OSError, ValueError, RuntimeError):  # a name too long, a NUL byte, a lone
-        pass  # surrogate, or ~nosuchuser (expanduser's RuntimeError: no such home)
+    except (OSError, ValueError):  # a name too long, a NUL byte, a lone surrogate, or
+        pass  # ~nosuchuser (user_path's VectorError): each is a file not found
     raise VectorError(f"{source!s:.200}", "no such file")
 
 
@@ -451,16 +451,17 @@ def _np_vector(e: Mapping, where: str) -> Vector:
 def _out_path(path) -> Path:
     if not isinstance(path, (str, Path)) or not str(path).strip():
         raise VectorError("path", f"must be a file path, got {path!r:.80}")
+    name = f"{path!s:.200}"  # a vector error names the file
+    out = user_path(path, name, VectorError)
     try:
-        out = Path(path).expanduser()
         if out.is_dir():
             raise VectorError(str(out), "is a folder; name a file")
         if not out.parent.is_dir():
             raise VectorError(str(out), f"its folder {out.parent} does not exist")
-    except (OSError, ValueError, RuntimeError) as err:  # RuntimeError: ~nosuchuser
+    except (OSError, ValueError) as err:  # a name too long
         if isinstance(err, VectorError):
             raise
-        raise VectorError(f"{path!s:.200}", f"is not a usable path: {err}") from None
+        raise VectorError(name, f"is not a usable path: {err}") from None
     return out
 
 

@@ -124,25 +124,16 @@ def build_panes(outputs: Mapping[str, Completion], token_of: TokenOf, streaming:
             diverge = divergence(comp.token_ids, default.token_ids, default.stop != "")
         panes.append(_pane(label, [t for t, _ in tokens], [s for _, s in tokens], diverge))
         probs = hover_rows(comp, lambda i: token_of(i)[0])
-        panes[-1].update(stop=comp.stop, streaming=streaming, probs=probs, gated=gated(comp))
+        panes[-1].update(
+            stop=comp.stop, streaming=streaming, probs=probs, gated=_listed(comp.gated_tokens())
+        )
     if "STEERED" not in outputs:
         panes.append(_pane("STEERED", [], [], -1, note="pick a feature to steer"))
     return panes
 
 
-def gated(comp: Completion) -> list[bool] | None:
-    """Per token, whether it was written under steering: any gate on at the position that
-    predicted it (the one before it; the last prompt position for the first token)."""
-    if comp.gates is None:
-        return None
-    n = len(comp.token_ids)
-    out = [False] * n
-    for log in comp.gates.values():
-        first = len(log) - n  # the position that predicted token 0 (the log lags one)
-        for k in range(n):
-            if 0 <= first + k < len(log) and log[first + k]:
-                out[k] = True
-    return out
+def _listed(marks: tuple[bool, ...] | None) -> list[bool] | None:
+    return None if marks is None else list(marks)
 
 
 def _pane(label: str, tokens: list, special: list, diverge: int, note: str = "") -> dict:

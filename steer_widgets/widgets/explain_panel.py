@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from ..analysis.gradients import local_runtime
 from ..errors import SteerWidgetsError
-from ..steering.results import SteerResult
+from ..steering.results import SteerResult, cut_short
 from .completions import Completions, effect_state
 from .heatmap import Heatmap, changed_rows
 from .worker import Worker
@@ -55,7 +55,7 @@ class ExplainPanel:
     def shown(self, request, outputs: dict) -> None:
         """A run finished with ``outputs``: refresh effects and "what changed" (returns at
         once; a cancelled run changes nothing)."""
-        if not self.available or any(c.stop == "cancelled" for c in outputs.values()):
+        if not self.available or cut_short(outputs):
             return
         self._epoch += 1
         epoch = self._epoch
@@ -124,6 +124,7 @@ class ExplainPanel:
         try:
             changed = self.engine.steering_features(self.result, source, N_CHANGED)
         except SteerWidgetsError as err:
+            self.heatmap.changed, self.heatmap.changed_title = [], ""  # not an older run's list
             self.on_error(str(err))
             return
         with self.heatmap.hold_sync():

@@ -62,8 +62,8 @@ class HeatMenu:
         options += [(f"concept {n}", ("concept", j)) for j, (n, _) in enumerate(self.concepts())]
         if self.gated():
             options.append(("the condition's score", CONDITION))
-        if [v for _, v in options] == [v for _, v in self.menu.options]:
-            return  # nothing came or went
+        if options == [tuple(o) for o in self.menu.options]:
+            return  # nothing came, went or was renamed (a row's place is not its name)
         self.menu.options = options
         if options:
             values = [v for _, v in options]

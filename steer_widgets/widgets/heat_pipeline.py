@@ -13,7 +13,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..analysis.projection import projection
@@ -23,7 +23,7 @@ from ..steering.entries import When
 from ..steering.requests import Feature, Vector
 from ..steering.results import Completion
 from .condition_row import describe
-from .heatmap import Heatmap, heat_row
+from .heatmap import Bounds, Heatmap, heat_row
 
 TOP_K = 5  # top features per token kept in the heatmap state
 HEAT_LABELS = ("DEFAULT", "STEERED")  # sweep rows stay text-only: one forward pass each
@@ -64,9 +64,9 @@ def heat_job(prompt, outputs, choice: Feature | tuple, final=True, on_shown=None
     return HeatJob(prompt, outputs, "", -1, final, on_shown, target, name)
 
 
-def heat_rows(engine, job: HeatJob, top_k: int = TOP_K) -> tuple[list[dict], float | None]:
+def heat_rows(engine, job: HeatJob, top_k: int = TOP_K) -> tuple[list[dict], Bounds | None]:
     """Prompt, DEFAULT and STEERED rows (per-token values and each token's top features),
-    and the threshold to mark (a condition's; ``None`` otherwise)."""
+    and the bounds to mark (a condition's ``(above, below)``; ``None`` otherwise)."""
     if job.condition is not None:
         return _condition_rows(engine, job)
     if job.vector is not None:
@@ -88,9 +88,9 @@ def heat_rows(engine, job: HeatJob, top_k: int = TOP_K) -> tuple[list[dict], flo
     return rows, None
 
 
-def _condition_rows(engine, job: HeatJob) -> tuple[list[dict], float]:
-    """Prompt, DEFAULT and STEERED rows coloured by the condition's score, and its threshold
-    in the same units (a token-scope gate is on where a token's score passes it)."""
+def _condition_rows(engine, job: HeatJob) -> tuple[list[dict], Bounds]:
+    """Prompt, DEFAULT and STEERED rows coloured by the condition's score, and its bounds
+    in the same units (a token-scope gate is on where a token's score passes them)."""
     rows: list[dict] = []
     threshold = 0.0
     for label in HEAT_LABELS:
@@ -102,7 +102,19 @@ def _condition_rows(engine, job: HeatJob) -> tuple[list[dict], float]:
         if not rows:
             rows.append(heat_row("prompt", text.tokens[:n], values[:n], text.special[:n]))
         rows.append(heat_row(label, text.tokens[n:], values[n:], text.special[n:]))
-    return rows, threshold
+    return rows, _bounds(engine, job, threshold)
+
+
+def _bounds(engine, job: HeatJob, threshold: float) -> Bounds:
+    """``(above, below)`` in score units: ``condition_scores`` gives the ``above`` bound
+    (else the ``below`` one); a band's ``below`` needs the condition without its ``above``."""
+    when = job.condition
+    if when.above is None:
+        return (None, threshold)
+    if when.below is None:
+        return (threshold, None)
+    _, _, below = engine.condition_scores(replace(when, above=None), job.prompt)
+    return (threshold, below)
 
 
 def _projection_rows(engine, job: HeatJob) -> list[dict]:
@@ -181,7 +193,7 @@ class HeatPipeline:
 
     def _compute(self, job: HeatJob, epoch: int) -> None:
         try:
-            rows, threshold = heat_rows(self.engine, job)
+            rows, bounds = heat_rows(self.engine, job)
         except SteerWidgetsError as err:
             self.on_error(str(err))
             return
@@ -192,6 +204,6 @@ class HeatPipeline:
         with self._cond:
             if epoch != self._epoch:
                 return
-        self.heatmap.show(job.title, rows, threshold)
+        self.heatmap.show(job.title, rows, bounds)
         if job.on_shown is not None:
             job.on_shown(time.perf_counter())

@@ -11,19 +11,30 @@ function describe(row, i) {
   return s;
 }
 
-// The colour scale from 0 to the peak with a line at a condition's threshold, and its legend.
-function scale(max, thr) {
+// The colour scale from 0 to the peak with a line at each of a condition's bounds, and its
+// legend: a token is outlined where it passes them (> above and < below), as its gate would.
+function scale(max, [above, below]) {
   const box = document.createElement("span");
   box.className = "sw-scale-box";
   const bar = document.createElement("span");
   bar.className = "sw-scale";
-  const line = document.createElement("span");
-  line.className = "sw-threshold";
-  const at = max > 0 ? Math.max(0, Math.min(1, thr / max)) : 0;
-  line.style.left = `${(100 * at).toFixed(1)}%`;
-  bar.append(line);
-  box.append(bar, ` threshold ${thr.toFixed(3)}: outlined tokens pass it`);
+  for (const thr of [above, below]) {
+    if (thr === null || thr === undefined) continue;
+    const line = document.createElement("span");
+    line.className = "sw-threshold";
+    const at = max > 0 ? Math.max(0, Math.min(1, thr / max)) : 0;
+    line.style.left = `${(100 * at).toFixed(1)}%`;
+    bar.append(line);
+  }
+  const parts = [];
+  if (above !== null && above !== undefined) parts.push(`> ${above.toFixed(3)}`);
+  if (below !== null && below !== undefined) parts.push(`< ${below.toFixed(3)}`);
+  box.append(bar, ` outlined tokens score ${parts.join(" and ")}`);
   return box;
+}
+
+function passes(v, [above, below]) {
+  return (above === null || above === undefined || v > above) && (below === null || below === undefined || v < below);
 }
 
 function render({ model, el }) {
@@ -72,9 +83,9 @@ function render({ model, el }) {
     const stale = model.get("stale");
     el.classList.toggle("sw-stale", !!stale);
     title.textContent = model.get("title") + (stale ? ` (stale: ${stale})` : "");
-    const thr = model.get("threshold");
-    const marked = thr !== null && thr !== undefined;
-    if (marked) title.append(scale(max, thr));
+    const bounds = model.get("bounds") || [null, null];
+    const marked = bounds.some((b) => b !== null && b !== undefined);
+    if (marked) title.append(scale(max, bounds));
     rowsEl.replaceChildren();
     box.hide();
     rows.forEach((row, r) => {
@@ -96,7 +107,7 @@ function render({ model, el }) {
         span.dataset.value = String(v);
         const a = max > 0 ? Math.max(0, Math.min(1, v / max)) : 0;
         if (a > 0) span.style.background = `rgba(255, 110, 0, ${(0.1 + 0.8 * a).toFixed(3)})`;
-        if (marked && v > thr) span.classList.add("sw-over");
+        if (marked && passes(v, bounds)) span.classList.add("sw-over");
         box.attach(span, () => describe(row, i));
         span.addEventListener("click", () => {
           model.set("selected", [r, i]);
@@ -110,7 +121,7 @@ function render({ model, el }) {
     const row = rows[selRow];
     info.textContent = row && selPos >= 0 && selPos < row.tokens.length ? describe(row, selPos) : "";
   };
-  for (const name of ["rows", "max_value", "title", "selected", "stale", "threshold"]) model.on(`change:${name}`, draw);
+  for (const name of ["rows", "max_value", "title", "selected", "stale", "bounds"]) model.on(`change:${name}`, draw);
   for (const name of ["changed", "changed_title", "picked"]) model.on(`change:${name}`, drawChanged);
   draw();
   drawChanged();

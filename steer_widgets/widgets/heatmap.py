@@ -11,6 +11,8 @@ import traitlets
 
 from . import assets
 
+Bounds = tuple[float | None, float | None]  # a condition's (above, below), in its units
+
 
 class Heatmap(anywidget.AnyWidget):
     """Rows of tokens (prompt, DEFAULT, STEERED, ...) colored by one feature.
@@ -35,22 +37,23 @@ class Heatmap(anywidget.AnyWidget):
     changed_title = traitlets.Unicode("").tag(sync=True)
     changed = traitlets.List(traitlets.Dict()).tag(sync=True)
     picked = traitlets.Dict({}).tag(sync=True)
-    # a condition's threshold: tokens whose value passes it are outlined, and the colour
-    # scale carries a line at it (None: no condition shown)
-    threshold = traitlets.Float(None, allow_none=True).tag(sync=True)
+    # a condition's bounds [above, below] (either None): tokens whose value is > above and
+    # < below are outlined (where its token gate would be on), and the colour scale carries
+    # a line at each bound ([None, None]: no condition shown)
+    bounds = traitlets.List([None, None], minlen=2, maxlen=2).tag(sync=True)
 
     def pick(self, source: str, index: int) -> None:
         """Click a "what changed" row: the heatmap shows that feature."""
         self.picked = {"source": source, "index": int(index)}
 
-    def show(self, title: str, rows: list[dict], threshold: float | None = None) -> None:
+    def show(self, title: str, rows: list[dict], bounds: Bounds | None = None) -> None:
         """Replace the whole heatmap at once (one message to the browser)."""
         peak = max((v for r in rows for v in r["values"]), default=0.0)
         with self.hold_sync():
             self.title = title
             self.rows = rows
             self.max_value = float(peak)
-            self.threshold = threshold
+            self.bounds = list(bounds or (None, None))
             self.stale = ""
             row, pos = self.selected
             if not 0 <= row < len(rows) or pos >= len(rows[row]["tokens"]):

@@ -17,7 +17,7 @@ from contextlib import closing
 
 from ..errors import SteerWidgetsError
 from ..steering.requests import SteerRequest
-from ..steering.results import Completion
+from ..steering.results import Completion, cut_short
 from .completions import Completions, build_panes
 from .status import StatusLine, cache_details
 from .token_probs import alternative_ids
@@ -72,9 +72,9 @@ class RunLoop:
                     self._frame(req, prompt_text, frame, run, started)
             run["done_at"] = time.perf_counter()
             run["outputs"] = dict(frame.outputs) if frame else {}
-            run["cancelled"] = cancel.is_set()
+            run["cancelled"] = frame is None or not frame.done or cut_short(frame.outputs)
             self.history.append(run)
-            if cancel.is_set():
+            if run["cancelled"]:  # the outputs decide (final_stop), not when cancel was set
                 self._cancelled(run, run_no, frame)
                 return
             self.outputs, self.request_done = dict(frame.outputs), req

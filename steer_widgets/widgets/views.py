@@ -13,9 +13,8 @@ from pathlib import Path
 
 import torch
 
-from .. import checks
 from ..errors import RequestError
-from ..files import write_text_atomically
+from ..files import user_path, write_text_atomically
 from ..steering.requests import SteerRequest, Vector, conditions_of
 from ..steering.results import check_products
 
@@ -24,7 +23,7 @@ VIEW_VERSION = 1
 
 def save_view(explorer, path: str | Path) -> dict:
     """Write the explorer's current view to ``path``; returns the dict written."""
-    target = checks.path("path", path)
+    target = user_path(path)  # ~ is the home folder here as in every file we take
     req = explorer.request()
     rows = explorer.features_ui.rows
     view = {
@@ -66,7 +65,7 @@ SETTINGS = (
 
 def read_view(source: str | Path | dict) -> dict:
     """A saved view from a file (or an already-read dict), checked for its format."""
-    view = source if isinstance(source, dict) else _read_json(checks.path("path", source))
+    view = source if isinstance(source, dict) else _read_json(user_path(source))
     if not isinstance(view, dict) or view.get("steer_widgets_view") != VIEW_VERSION:
         raise RequestError("view", f"{source} is not a steer_widgets view (version {VIEW_VERSION})")
     for key, kind in (("prompt", str), ("chat", bool), ("request", dict)):

@@ -71,6 +71,55 @@ def test_a_folder_that_is_missing_is_a_named_error(tmp_path):
     assert err.value.path == str(tmp_path / "no" / "a.txt")
 
 
+@pytest.mark.skipif(sys.platform == "win32", reason="symbolic links need privileges there")
+def test_a_write_through_a_chain_of_links_replaces_the_file_and_keeps_the_links(
+    tmp_path, monkeypatch
+):
+    """Issue 67 item 14: the write replaced the link with a regular file, so the file it
+    pointed at kept the old bytes. Now it follows every link, writes its temporary file
+    beside the final target (its folder, its file system) and keeps the mode."""
+    real, links = tmp_path / "real", tmp_path / "links"
+    real.mkdir()
+    links.mkdir()
+    target = real / "v.txt"
+    target.write_text("old")
+    os.chmod(target, 0o640)
+    (links / "b").symlink_to(target)
+    (links / "a").symlink_to("b")  # a -> b -> real/v.txt
+    replaced = []
+    replace = os.replace
+
+    def seen(src, dst, *args, **kwargs):
+        replaced.append((os.fspath(src), os.fspath(dst)))
+        return replace(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, "replace", seen)
+    assert write_text_atomically(links / "a", "new") == links / "a"
+    assert target.read_text() == "new" and oct(target.stat().st_mode & 0o777) == oct(0o640)
+    assert (links / "a").is_symlink() and os.readlink(links / "a") == "b"
+    assert (links / "b").is_symlink() and os.readlink(links / "b") == str(target)
+    ((src, dst),) = replaced
+    assert os.path.samefile(os.path.dirname(src), real) and os.path.samefile(dst, target)
+    assert sorted(p.name for p in real.iterdir()) == ["v.txt"]
+    assert sorted(p.name for p in links.iterdir()) == ["a", "b"]
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="symbolic links need privileges there")
+def test_a_dangling_link_gets_the_file_it_names_and_a_loop_is_named(tmp_path):
+    """A link to no file yet: the file it names is created, as ``open(link, "w")`` does; a
+    loop of links names the path given and changes nothing."""
+    (tmp_path / "link").symlink_to("made.txt")
+    write_text_atomically(tmp_path / "link", "new")
+    assert (tmp_path / "link").is_symlink() and (tmp_path / "made.txt").read_text() == "new"
+    (tmp_path / "x").symlink_to("y")
+    (tmp_path / "y").symlink_to("x")
+    with pytest.raises(FileWriteError, match="loop") as err:
+        write_text_atomically(tmp_path / "x", "new")
+    assert err.value.path == str(tmp_path / "x")
+    assert (tmp_path / "x").is_symlink() and (tmp_path / "y").is_symlink()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link", "made.txt", "x", "y"]
+
+
 def test_a_gguf_writer_failing_part_way_leaves_the_old_file(tmp_path, monkeypatch):
     """ENOSPC after the header and part of the tensors: gguf's writer truncates its path
     first, so before the atomic write the old file was gone."""

@@ -10,6 +10,7 @@ from steer_widgets.errors import RemoteUnsupported
 from steer_widgets.remote.client import decode_tensor, encode_tensor, retry_after
 from steer_widgets.remote.engine import point_of, steering_wire
 from steer_widgets.steering.requests import Direction
+from steer_widgets.steering.results import final_stop
 
 
 def test_hook_names_map_to_points_and_the_rest_are_refused():
@@ -66,3 +67,13 @@ def test_a_refusal_named_under_a_batch_key_keeps_its_class_and_fields():
     judged = JudgeError("words", "p0", "returned nan").under("requests['c']")
     assert (judged.judge, judged.prompt, judged.field) == ("words", "p0", "requests['c'].judge")
     assert type(RequestError("seed", "x").under("requests['a']")) is RequestError
+
+
+def test_a_row_its_producer_ended_is_complete_on_any_last_token():
+    """Issue 67 item 8: a server's 'done' line ends a row, possibly on a stop token our
+    stop ids lack; only a row nobody said had ended, cut off short, is "cancelled"."""
+    stops = {0}
+    assert final_stop([5, 6], 3, stops, finished=True) == "eos"  # the server's own stop token
+    assert final_stop([5, 0], 3, stops, finished=True) == "eos"
+    assert final_stop([5, 6, 7], 3, stops, finished=True) == "length"
+    assert final_stop([5, 6], 3, stops) == "cancelled"  # the producer never said: cut off

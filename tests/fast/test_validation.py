@@ -158,3 +158,21 @@ def test_a_model_name_no_file_system_holds_is_refused_by_name(name):
     with pytest.raises(ModelNotFound) as err:
         sw.load_model(name)
     assert err.value.model == name
+
+
+@pytest.mark.parametrize("products", ["", 0, False, "Float32", "int4", b"int8", ["int8"]])
+def test_products_other_than_its_names_are_refused_before_a_load(products, monkeypatch):
+    """Issue 67 item 15: ``Engine(products="")`` (any falsy value) was read as "float32";
+    ``None`` alone means the default. Refused by name before any model is read: a load
+    reached here would be a test failure, not a slow pass."""
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("a model was loaded")
+
+    monkeypatch.setattr("steer_widgets.engine.load_model", no_load)
+    with pytest.raises(sw.RequestError, match="must be one of") as err:
+        sw.Engine(products=products)
+    assert err.value.field == "products"
+    with pytest.raises(sw.RequestError, match="must be one of") as err:
+        sw.load_model("no-such-folder-or-hub-id", products=products)
+    assert err.value.field == "products"
