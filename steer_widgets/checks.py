@@ -17,10 +17,7 @@ import functools
 import inspect
 import math
 import numbers
-import os
 from collections.abc import Callable, Sequence
-from os import PathLike
-from pathlib import Path
 from typing import TypeVar
 
 import torch
@@ -78,17 +75,6 @@ def text(name: str, value) -> str:
     if not isinstance(value, str):
         raise RequestError(name, f"must be a string, got {value!r}")
     return value
-
-
-def path(name: str, value) -> Path:
-    """A file path (str or ``os.PathLike``), not a number or a list that happens to print."""
-    text = str(value) if isinstance(value, (str, PathLike)) else ""
-    try:
-        if text.strip() and b"\x00" not in os.fsencode(text):  # what open() can take
-            return Path(value)
-    except UnicodeEncodeError:
-        pass
-    raise RequestError(name, f"must be a file path, got {value!r}")
 
 
 def token_ids(name: str, value, vocab_size: int) -> list[int]:

@@ -253,3 +253,51 @@ def test_an_export_cut_short_is_named_and_leaves_the_old_page(tmp_path, monkeypa
     monkeypatch.undo()
     assert out.read_text() == "the page before"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.html", "notes.ipynb"]
+
+
+CONDITIONAL = """\
+ex = sw.Explorer(engine, prompt="My favourite thing to do on a Sunday is", n_completion_tokens=10,
+                 temperature=0, features=[("10-smollm2-res-4k", 100, 30.0)], live=False)
+ex.set(when=sw.When(sw.Feature("5-smollm2-res-4k", 3187), above=4.0, below=15.0))
+ex.view.heat_feature.value = "condition"
+ex.run()
+ex.wait()
+gated = sum(ex.outputs["STEERED"].gated_tokens())
+ex
+"""
+
+
+@needs_saes
+def test_a_conditional_run_exports_with_its_gate_marks_and_bounds(tmp_path):
+    """The page of a conditional run shows, from the saved state alone, the tokens written
+    while the gate held and the condition's heatmap with a line at each bound of its band,
+    outlining exactly the tokens between them."""
+    pytest.importorskip("playwright.sync_api")
+    require_chromium()
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [
+        nbformat.v4.new_code_cell(f"PROMPT = {PROMPT!r}\n" + SETUP),
+        nbformat.v4.new_code_cell(CONDITIONAL),
+    ]
+    src = tmp_path / "conditional.ipynb"
+    nbformat.write(nb, str(src))
+    out = sw_export.export(src, tmp_path / "conditional.html")
+    with offline_page(out) as (page, blocked, errors):
+        page.wait_for_selector(".sw-heatmap .sw-threshold", timeout=60_000)
+        drawn = page.evaluate(
+            """() => {
+              const toks = [...document.querySelectorAll('.sw-heatmap .sw-tok')];
+              return {
+                lines: document.querySelectorAll('.sw-heatmap .sw-threshold').length,
+                title: document.querySelector('.sw-heatmap .sw-title').textContent,
+                values: toks.map(t => Number(t.dataset.value)),
+                over: toks.map(t => t.classList.contains('sw-over')),
+                gated: document.querySelectorAll('.sw-completions .sw-gated').length,
+              };
+            }"""
+        )
+    assert not errors and blocked == [], (errors, blocked)
+    assert drawn["lines"] == 2 and "> 4.000 and < 15.000" in drawn["title"], drawn["title"]
+    assert drawn["over"] == [4.0 < v < 15.0 for v in drawn["values"]]
+    assert any(drawn["over"]) and not all(drawn["over"])
+    assert drawn["gated"] >= 1

@@ -180,3 +180,27 @@ def test_layers_split_over_devices_give_the_same_logits(engine):
     split = Transformer(engine.model.runtime.cfg, state, device=["cpu", "cpu"])
     ids = torch.tensor([engine.tokenizer.encode("Split me across devices").ids])
     assert torch.equal(split.forward(ids), engine.model.runtime.forward(ids))
+
+
+def test_a_model_file_and_an_sae_folder_under_the_home_folder(engine, tmp_path, monkeypatch):
+    """``~`` is the home folder for ``load_model`` and ``saes.add`` as for every file the
+    package takes (``files.user_path``); before, both looked for a folder named ``~``."""
+    from steer_widgets.runtime.model import gguf_path, load_model
+    from steer_widgets.runtime.paths import cache_dir
+    from steer_widgets.sae.store import SAEStore
+
+    monkeypatch.setenv("STEER_WIDGETS_CACHE", str(cache_dir()))  # the same cache as before
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "model.gguf").symlink_to(gguf_path())
+    source = engine.saes.sources()[0]
+    (tmp_path / "sae").symlink_to(engine.saes.config(source).folder, target_is_directory=True)
+    loaded = load_model("~/model.gguf")
+    assert loaded.name == str(tmp_path / "model.gguf")
+    prompt = "The capital of France is"
+    ids = list(
+        sw.Engine(loaded, saes=[]).generate(prompt, n_completion_tokens=4, temperature=0).token_ids
+    )
+    assert ids == list(engine.generate(prompt, n_completion_tokens=4, temperature=0).token_ids)
+    store = SAEStore(engine.model.runtime.hook_widths())
+    name = store.add("~/sae", "home-sae")
+    assert store.config(name).hook_name == engine.saes.config(source).hook_name

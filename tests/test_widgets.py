@@ -688,7 +688,7 @@ def test_the_steer_row_gates_on_a_feature_a_concept_or_a_python_condition(engine
     assert ("the condition's score", "condition") in list(ex.view.heat_feature.options)
     ex.view.heat_feature.value = "condition"
     assert ex.wait(120), ex.status
-    assert ex.heatmap.threshold == 8.0 and "score of the condition" in ex.heatmap.title
+    assert ex.heatmap.bounds == [8.0, None] and "score of the condition" in ex.heatmap.title
     _, scores, threshold = engine.condition_scores(want, ex.request().prompt, alone)
     steered_row = [r for r in ex.heatmap.rows if r["label"] == "STEERED"][0]
     n = len(alone.token_ids)
@@ -708,9 +708,9 @@ def test_the_steer_row_gates_on_a_feature_a_concept_or_a_python_condition(engine
     assert ex.wait(120), ex.status
     assert ex.request().when is None and "custom" not in [v for _, v in row.kind.options]
     assert "condition" not in [v for _, v in ex.view.heat_feature.options]
-    assert ex.heatmap.threshold is None
+    assert ex.heatmap.bounds == [None, None]
     with ex.batch():
         row.kind.value = "feature"
         row.what.value = "no-such-sae #1"
     assert ex.wait(120)
-    assert "when" in ex.error or "no-such-sae" in ex.error
+    assert "no-such-sae" in ex.error  # the refusal itself, nothing else in the status line

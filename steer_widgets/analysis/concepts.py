@@ -266,11 +266,18 @@ class Concepts:
 
     def __init__(self, engine) -> None:
         self.engine = engine
+        # The run, the concept-sets worker and an evaluation share one engine: the LRU's
+        # owner locks it (lru.py), and one lock per concept lets a second asker wait for
+        # the first one's examples instead of sampling the same set again.
+        self._lock = threading.Lock()
         self._examples: LRU[str, list[Prompt]] = LRU(CACHED_SETS)
+        self._writing: dict[str, threading.Lock] = {}
 
     def clear(self) -> None:
         """Forget the examples the model wrote (``Engine.clear_caches``)."""
-        self._examples.clear()
+        with self._lock:
+            self._examples.clear()
+            self._writing.clear()
 
     # -- examples and means --------------------------------------------------------------
     def examples(self, concept: str) -> list[Prompt]:
@@ -278,7 +285,10 @@ class Concepts:
         concept = concept.strip()
         if not concept:
             raise RequestError("query", "is empty")
-        return self._examples.get_or_compute(concept, lambda: self._sample(concept))
+        with self._lock:
+            writing = self._writing.setdefault(concept, threading.Lock())
+        with writing:
+            return self._examples.get_or_compute(concept, lambda: self._sample(concept), self._lock)
 
     def _sample(self, concept: str) -> list[Prompt]:
         eng = self.engine

@@ -38,6 +38,7 @@ from .. import checks
 from ..checks import public_methods
 from ..engine import Engine
 from ..errors import RemoteError, RemoteUnsupported, RequestError
+from ..files import user_path
 from ..runtime.model import DEFAULT_MODEL, LoadedModel, default_model_dir
 from ..runtime.tokens import EncodedPrompt, Tokenizer
 from ..sae.store import DEFAULT_BUDGET
@@ -523,13 +524,13 @@ def _check_connection(url, token, model, tokenizer, retries) -> None:
     if token is not None and not (token.isascii() and token.isprintable()):
         raise RequestError("token", "must be printable ASCII (it travels in an HTTP header)")
     if tokenizer is not None:
-        checks.path("tokenizer", tokenizer)
+        user_path(tokenizer, "tokenizer")
     checks.integer("retries", retries, lo=0)
 
 
 def _tokenizer_location(tokenizer, name: str, server_model: str):
-    if tokenizer is not None:
-        return tokenizer
+    if tokenizer is not None:  # a folder (``~`` is the home folder) or a hub name
+        return user_path(tokenizer, "tokenizer")
     return default_model_dir() if name == DEFAULT_MODEL else server_model
 
 

@@ -20,6 +20,7 @@ import torch
 
 from ..checks import public
 from ..errors import ModelError, ModelGated, ModelNotFound, ModelUnavailable, RequestError
+from ..files import user_path
 from . import hub
 from .config import ARCHITECTURES, UnsupportedModel, fast_config
 from .linear import DEFAULT_KERNEL
@@ -99,6 +100,8 @@ def load_model(
     """
     _check_load(name, device, dtype, backend, kernel)
     products_name(products)
+    if str(name).startswith("~"):  # a folder or file under the home folder, not a hub id
+        name = str(user_path(name, "name"))
     if quantized is not None and not isinstance(quantized, bool):
         raise RequestError("quantized", f"must be True, False or None, got {quantized!r}")
     hub_id: str | None = None

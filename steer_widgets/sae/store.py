@@ -21,6 +21,7 @@ from pathlib import Path
 from torch import Tensor
 
 from ..errors import RequestError, SourceError
+from ..files import user_path
 from ..lru import LRU
 from .hook_view import view_for
 from .releases import fetch
@@ -86,7 +87,9 @@ class SAEStore:
 
         Returns the source name users see (``{layer}-{folder name}`` unless given).
         """
-        folder = Path(location)
+        folder = (
+            user_path(location, "location") if str(location).startswith("~") else Path(location)
+        )
         if not folder.is_dir():
             folder = fetch(str(location), source, self.model_id)
         cfg = SAEConfig.read(source or folder.name, folder)

@@ -38,7 +38,7 @@ from ..steering.vector_files import SUFFIXES, load_vectors, save_vectors
 from . import recommend
 from .arguments import check_options, check_row, check_settings, check_strength
 from .concept_sets import ConceptSets
-from .condition_row import ConditionRow
+from .condition_row import ConditionRow, VectorNews, VectorPending, VectorStopped
 from .evaluating import Evaluating, judge_words
 from .explain_panel import ExplainPanel
 from .feature_rows import FeatureRows
@@ -91,13 +91,16 @@ class Explorer:
             engine, self._picked, self._fail, on_concept=self._concept,
             on_concept_features=lambda concept: self.concept_sets.submit(concept),
         )  # fmt: skip
-        self.features_ui = FeatureRows(self._changed, self.picker.neighbours, self.picker.card.show)
+        self.features_ui = FeatureRows(
+            self._rows_changed, self.picker.neighbours, self.picker.card.show
+        )
         recommended = {"prompt_multiplier": recommend.prompt_multiplier(engine)}
         self.controls = Controls({**defaults(), **recommended, **settings})
         self.presets = PresetMenu(engine.model.name, self._apply_view, self._fail)
         self.condition_row = ConditionRow(
-            self._condition_changed, self._feature_max, engine.concept_vector
+            self._condition_changed, self._feature_max, engine.concept_vector, self._vector_news
         )
+        self._run_waits: VectorPending | VectorStopped | None = None  # set on the run thread
         self.view = Layout(
             prompt, chat, self.controls, self.picker.ui, self.features_ui.ui, self.presets.ui,
             self.condition_row.ui,
@@ -120,8 +123,8 @@ class Explorer:
             open_card=self.picker.card.show, steer_with=self.add_feature,
         )  # fmt: skip
         self.runs = RunLoop(
-            engine, self.completions, self.status_line, self.request, self.heat_menu.submit,
-            lambda err: self._fail(err, run_failed=True),
+            engine, self.completions, self.status_line, self._run_request,
+            self.heat_menu.submit, self._run_failed,
         )  # fmt: skip
         self.runner = Runner(lambda cancel: self.runs.work(cancel, self.runner.started), debounce_s)
         self.evaluating = Evaluating(
@@ -167,6 +170,7 @@ class Explorer:
         self.explain.close()
         self.picker.card.close()
         self.concept_sets.close()
+        self.condition_row.close()
         self.wait(timeout)
         self.wait_evaluation(timeout)
         close_tree(self.ui)
@@ -346,12 +350,59 @@ class Explorer:
             conditions.check(value, "when")
         self.condition_row.show_custom(value)
 
+    def _rows_changed(self, _change=None) -> None:
+        """A row came, went (its ✕ included) or moved its slider: the heatmap menu follows
+        the rows, and a run follows as for any control."""
+        if hasattr(self, "heat_menu"):  # not while the rows are being built
+            self.heat_menu.sync()
+        self._changed()
+
     def _condition_changed(self) -> None:
         """The "steer when" row changed: the heatmap menu offers the condition's score while
         there is one, and a run follows as for any control."""
         if hasattr(self, "heat_menu"):  # not while the row is being built
             self.heat_menu.sync()
         self._changed()
+
+    def _vector_news(self, news: VectorNews) -> None:
+        """The "steer when" row's concept vector in the status line; a run that waited for
+        it while not live starts when it is here (live, the row's change schedules one)."""
+        what = f"the concept vector for {news.name!r}"
+        if news.state == "making":
+            self.status_line.show("idle", f"making {what}…", self.status_line.error)
+        elif news.state == "ready":
+            self.status_line.show("idle", f"made {what}", self.status_line.error)
+            if news.run and not self.live.value:
+                self.run()
+        elif news.state == "stopped":
+            self.status_line.show(
+                "stopped", f"making {what} was stopped: change a control or press Run to retry"
+            )
+        else:
+            self._fail(f"when: no concept vector for {news.name!r}: {news.error}", run_failed=True)
+
+    def _run_request(self) -> SteerRequest:
+        """``request()`` on the run thread, which starts the concept vector the row names
+        (unless Stop dropped it since the last change: ``retry``). Until the vector is here
+        the run ends at once, quietly (``_run_failed``), and its arrival starts a new one."""
+        self.condition_row.make(run_after=True)
+        try:
+            return self.request()
+        except (VectorPending, VectorStopped) as err:
+            self._run_waits = err
+            raise
+
+    def _run_failed(self, message: str) -> None:
+        """A run that failed. One that waits for the concept vector says so instead (the
+        panes are stale until the run that follows it); one whose vector Stop dropped
+        leaves Stop's word in the status line."""
+        quiet, self._run_waits = self._run_waits, None
+        if quiet is None:
+            self._fail(message, run_failed=True)
+        elif isinstance(quiet, VectorPending):
+            self.status_line.show("idle", f"making {quiet.what}; the run follows when it is ready")
+            if self.completions.panes:
+                self._mark_stale(f"they wait for {quiet.what}")
 
     def _feature_max(self, source: str, index: int) -> float | None:
         """A feature's top activation in its index, for the "steer" row's slider."""
@@ -367,26 +418,33 @@ class Explorer:
 
     def run(self) -> None:
         """Start a run now (cancelling any running one); returns at once, see ``wait``."""
+        self.condition_row.retry()  # a concept vector Stop dropped is made again
         self.runner.start()
 
     def stop(self) -> None:
-        """Cancel the pending and the running generation; the status line says stopped."""
+        """Cancel the pending and the running generation, and drop the "steer when" row's
+        concept vector being made; the status line says stopped."""
         self.runs.stopped_run = self.runner.started
         busy = self.runner.busy
         self.runner.cancel()
-        if busy:
+        if self.condition_row.stop() is None and busy:  # the row's news says it stopped
             self.status_line.show("stopped", "stopping…")
 
     def wait(self, timeout: float | None = 120.0) -> bool:
-        """Block until the current run and its heatmap finished; False on timeout."""
+        """Block until the current run and its heatmap finished, a run that waits for the
+        "steer when" row's concept vector included; False on timeout."""
         if timeout is not None:
             timeout = checks.number("timeout", timeout, minimum=0)
         deadline = None if timeout is None else time.monotonic() + timeout
+
+        def left() -> float | None:
+            return None if deadline is None else max(0.0, deadline - time.monotonic())
+
         found = self.concept_sets.wait(timeout)  # an "add as features" click starts a run
-        left = None if deadline is None else max(0.0, deadline - time.monotonic())
-        ok = self.runner.wait(left) and found
-        left = None if deadline is None else max(0.0, deadline - time.monotonic())
-        return self.heat.wait(left) and self.explain.wait(left) and ok
+        ok = self.runner.wait(left())  # a run may start making the concept vector...
+        made = self.condition_row.wait(left())  # ...whose arrival schedules the next run
+        ok = self.runner.wait(left()) and ok and made and found
+        return self.heat.wait(left()) and self.explain.wait(left()) and ok
 
     @property
     def status(self) -> str:
@@ -506,6 +564,7 @@ class Explorer:
     def _changed(self, _change=None) -> None:
         if self._quiet:
             return
+        self.condition_row.retry()  # a change after Stop makes a dropped concept vector
         self.evaluating.redraw()  # the chart's mark follows the sliders
         self.record_box.layout.display = "none"  # it described the previous settings
         if self.live.value:
