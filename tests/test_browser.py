@@ -420,6 +420,19 @@ def test_explorer_in_jupyterlab(lab, tmp_path):
             page.locator(".sw-condition select").select_option(label="always")
             wait_until(lambda: state(page) == "done" and legend.count() == 0, 120, "ungated")
 
+            # a row's own condition: its "when" button opens the same controls under the row
+            page.locator(".sw-when").first.click()
+            row_when = page.locator(".sw-row-condition")
+            wait_until(lambda: row_when.count() == 1, 30, "the row's condition controls")
+            row_when.locator("select").select_option(label="while a feature is active")
+            commit(page, ".sw-row-condition input[type='text']", "5-smollm2-res-4k #3187")
+            wait_until(lambda: state(page) == "done" and legend.count() == 1, 120, "a gated row")
+            assert page.locator(".sw-when").first.inner_text().strip() == "when ●"
+            row_when.locator("select").select_option(label="always")
+            wait_until(lambda: state(page) == "done" and legend.count() == 0, 120, "row ungated")
+            page.locator(".sw-when").first.click()  # closed again: one condition row on screen
+            wait_until(lambda: row_when.count() == 0, 30, "the row's controls closed")
+
             # the evaluate panel: two prompts x two strengths fill the grid and the chart; a
             # strength in the grid sets the slider (x0: strength 0)
             evaluate(page, ["I went to the", "chat: Tell me a story."], [0, 1])

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import threading
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import ipywidgets as widgets
@@ -83,6 +83,7 @@ class ConditionRow:
         feature_max: Callable[[str, int], float | None],
         concept_vector: Callable[[str], object],
         on_vector: Callable[[VectorNews], None] = lambda news: None,
+        label: str = "steer",
     ) -> None:
         self._feature_max, self._concept_vector = feature_max, concept_vector
         self._on_vector = on_vector
@@ -103,7 +104,7 @@ class ConditionRow:
         self.last_traceback = ""  # of a vector that failed with a bug, for inspection
         style = {"description_width": LABEL_WIDTH}
         self.kind = widgets.Dropdown(
-            options=KINDS, value="always", description="steer", style=style,
+            options=KINDS, value="always", description=label, style=style,
             layout={"width": "auto", "min_width": "22em"},
         )  # fmt: skip
         self.what = widgets.Text(
@@ -161,6 +162,30 @@ class ConditionRow:
         if stopped or not making:
             raise VectorStopped(name)
         raise VectorPending(name)
+
+    def state(self) -> dict | None:
+        """What the controls say, for a saved view: kind, text, threshold and scope
+        (``None`` for "always" and for a condition set from Python, which the request's
+        record carries whole)."""
+        kind = self.kind.value
+        if kind not in self._texts:
+            return None
+        return {"kind": kind, "what": self.what.value, "threshold": float(self.threshold.value),
+                "scope": self.scope.value}  # fmt: skip
+
+    def show_state(self, state: Mapping, vector: object = None) -> None:
+        """Put a saved ``state`` back into the controls, editable as the user left them; a
+        concept's ``vector`` as it was saved (no model work, and a replay reads the same
+        bits)."""
+        kind, what = state["kind"], str(state["what"])
+        if kind == "concept" and vector is not None:
+            with self._lock:
+                self._vectors[what.strip()] = vector
+        self._texts[kind] = what
+        self.kind.value = kind  # the kind's own text and slider range come with it
+        self.what.value = what
+        self.scope.value = state["scope"]
+        self.threshold.value = float(state["threshold"])
 
     @property
     def making(self) -> str | None:

@@ -92,8 +92,9 @@ class Explorer:
             on_concept_features=lambda concept: self.concept_sets.submit(concept),
         )  # fmt: skip
         self.features_ui = FeatureRows(
-            self._rows_changed, self.picker.neighbours, self.picker.card.show
-        )
+            self._rows_changed, self.picker.neighbours, self.picker.card.show,
+            make_condition=self._row_condition,
+        )  # fmt: skip
         recommended = {"prompt_multiplier": recommend.prompt_multiplier(engine)}
         self.controls = Controls({**defaults(), **recommended, **settings})
         self.presets = PresetMenu(engine.model.name, self._apply_view, self._fail)
@@ -170,7 +171,8 @@ class Explorer:
         self.explain.close()
         self.picker.card.close()
         self.concept_sets.close()
-        self.condition_row.close()
+        for row in self._condition_rows():
+            row.close()
         self.wait(timeout)
         self.wait_evaluation(timeout)
         close_tree(self.ui)
@@ -237,6 +239,8 @@ class Explorer:
         with self.batch():
             norm = recommend.typical_norm(self.engine, vector.hook)
             row = self.features_ui.add_vector(name, vector, norm)
+            if vector.when is not None:  # the vector's own condition becomes the row's
+                self.features_ui.condition_of(row).show_custom(vector.when)
             self.heat_menu.sync()
             return row
 
@@ -350,6 +354,33 @@ class Explorer:
             conditions.check(value, "when")
         self.condition_row.show_custom(value)
 
+    def set_when(self, row: int, when: Condition | None) -> None:
+        """Gate one row's steering: ``when`` (``sw.When``; ``None``: always) holds for that
+        feature or concept alone, beside the request's own (``set(when=...)``), as its
+        ``when`` button does; refused in the status line when not a condition."""
+        try:
+            check_row(row, len(self.features_ui.rows))
+            if when is not None:
+                conditions.check(when, f"rows[{row}].when")
+        except RequestError as err:
+            self._fail(err)
+            return
+        with self.batch():
+            self.features_ui.condition_of(row).show_custom(when)
+
+    def _row_condition(self) -> ConditionRow:
+        """A row's own "steer when" controls: the request's row, for one feature or concept."""
+        row = ConditionRow(
+            self._condition_changed, self._feature_max, self.engine.concept_vector,
+            self._vector_news, label="this row",
+        )  # fmt: skip
+        row.ui.add_class("sw-row-condition")
+        return row
+
+    def _condition_rows(self) -> list[ConditionRow]:
+        """The request's "steer when" row and every feature row's own."""
+        return [self.condition_row, *self.features_ui.conditions()]
+
     def _rows_changed(self, _change=None) -> None:
         """A row came, went (its ✕ included) or moved its slider: the heatmap menu follows
         the rows, and a run follows as for any control."""
@@ -385,7 +416,8 @@ class Explorer:
         """``request()`` on the run thread, which starts the concept vector the row names
         (unless Stop dropped it since the last change: ``retry``). Until the vector is here
         the run ends at once, quietly (``_run_failed``), and its arrival starts a new one."""
-        self.condition_row.make(run_after=True)
+        for row in self._condition_rows():
+            row.make(run_after=True)
         try:
             return self.request()
         except (VectorPending, VectorStopped) as err:
@@ -418,7 +450,8 @@ class Explorer:
 
     def run(self) -> None:
         """Start a run now (cancelling any running one); returns at once, see ``wait``."""
-        self.condition_row.retry()  # a concept vector Stop dropped is made again
+        for row in self._condition_rows():
+            row.retry()  # a concept vector Stop dropped is made again
         self.runner.start()
 
     def stop(self) -> None:
@@ -427,7 +460,8 @@ class Explorer:
         self.runs.stopped_run = self.runner.started
         busy = self.runner.busy
         self.runner.cancel()
-        if self.condition_row.stop() is None and busy:  # the row's news says it stopped
+        dropped = [row.stop() for row in self._condition_rows()]
+        if not any(dropped) and busy:  # else the rows' news says it stopped
             self.status_line.show("stopped", "stopping…")
 
     def wait(self, timeout: float | None = 120.0) -> bool:
@@ -442,7 +476,7 @@ class Explorer:
 
         found = self.concept_sets.wait(timeout)  # an "add as features" click starts a run
         ok = self.runner.wait(left())  # a run may start making the concept vector...
-        made = self.condition_row.wait(left())  # ...whose arrival schedules the next run
+        made = all([row.wait(left()) for row in self._condition_rows()])  # ...then a run
         ok = self.runner.wait(left()) and ok and made and found
         return self.heat.wait(left()) and self.explain.wait(left()) and ok
 
@@ -564,7 +598,8 @@ class Explorer:
     def _changed(self, _change=None) -> None:
         if self._quiet:
             return
-        self.condition_row.retry()  # a change after Stop makes a dropped concept vector
+        for row in self._condition_rows():
+            row.retry()  # a change after Stop makes a dropped concept vector
         self.evaluating.redraw()  # the chart's mark follows the sliders
         self.record_box.layout.display = "none"  # it described the previous settings
         if self.live.value:

@@ -1,17 +1,20 @@
 """The picked steering directions: one strength slider row per feature or concept vector.
 
-A row reads ``#index strength [slider] ≈ ✕`` with the feature's label beside it. Strengths
-set from Python that lie outside the slider's range widen it (never clamped).
+A row reads ``#index strength [slider] ≈ card ✕ when`` with the feature's label beside it.
+Strengths set from Python that lie outside the slider's range widen it (never clamped).
+``when`` opens the row's own "steer when" controls (a ``ConditionRow`` the explorer makes):
+that row then steers only where its condition holds, beside the request's own.
 """
 
 from __future__ import annotations
 
 import html
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import ipywidgets as widgets
 
+from ..steering.entries import Condition
 from ..steering.requests import Feature, Vector
 from ..steering.vectors import added
 from .fields import widen
@@ -33,6 +36,13 @@ class Row:
     name: str = ""
     # the other layers of a loaded multi-layer vector: at the slider's strength, as ``vector``
     extra: tuple[Vector, ...] = ()
+    ui: widgets.VBox | None = None  # the row, with its condition's controls under it when open
+    condition: object | None = None  # its own ConditionRow, made on first use
+    when_button: widgets.Button | None = None
+
+    def when(self) -> Condition | None:
+        """The row's own condition (``None``: it steers wherever the request does)."""
+        return None if self.condition is None else self.condition.condition()
 
 
 def _slider(strength: float, typical_norm: float | None = None) -> widgets.FloatSlider:
@@ -68,8 +78,10 @@ class FeatureRows:
         on_change: Callable,
         on_near: Callable[[str, int], None],
         on_card: Callable[[str, int], None],
+        make_condition: Callable[[], object] | None = None,
     ) -> None:
         self.rows: list[Row] = []
+        self.make_condition = make_condition
         self.on_change = on_change
         self.on_near = on_near
         self.on_card = on_card
@@ -134,6 +146,13 @@ class FeatureRows:
 
     def _append(self, row: Row, remove: widgets.Button) -> int:
         remove.on_click(lambda _: self.remove(self.rows.index(row)))
+        row.ui = widgets.VBox([row.box], layout={"width": "100%"})
+        if self.make_condition is not None:
+            row.when_button = _button("when", "steer with this row only where a condition holds")
+            row.when_button.add_class("sw-when")
+            row.when_button.on_click(lambda _: self.toggle_condition(self.rows.index(row)))
+            *head, text = row.box.children
+            row.box.children = (*head, row.when_button, text)
         row.slider.observe(self.on_change, names="value")
         self.rows.append(row)
         self._redraw()
@@ -141,7 +160,9 @@ class FeatureRows:
         return len(self.rows) - 1
 
     def remove(self, i: int) -> None:
-        self.rows.pop(i)
+        row = self.rows.pop(i)
+        if row.condition is not None:
+            row.condition.close()  # its concept vector, if one is being made, is dropped
         self._redraw()
         self.on_change()
 
@@ -150,18 +171,46 @@ class FeatureRows:
         widen(slider, float(value))
         slider.value = float(value)
 
+    def condition_of(self, i: int):
+        """Row ``i``'s own ``ConditionRow``, made (closed, "always") on first use."""
+        row = self.rows[i]
+        if row.condition is None:
+            row.condition = self.make_condition()
+            row.condition.kind.observe(lambda _: self._mark(row), "value")
+        return row.condition
+
+    def toggle_condition(self, i: int, show: bool | None = None) -> None:
+        """Open or close row ``i``'s condition controls (closing keeps the condition)."""
+        row, cond = self.rows[i], self.condition_of(i)
+        show = len(row.ui.children) == 1 if show is None else show
+        row.ui.children = (row.box, cond.ui) if show else (row.box,)
+
+    def conditions(self) -> list:
+        """Every row's own ``ConditionRow`` made so far."""
+        return [r.condition for r in self.rows if r.condition is not None]
+
+    def _mark(self, row: Row) -> None:
+        """The ``when`` button says whether its row is gated."""
+        gated = row.condition is not None and row.condition.kind.value != "always"
+        if row.when_button is not None:
+            row.when_button.description = "when ●" if gated else "when"
+
     def features(self) -> list[Feature]:
         return [
-            Feature(r.source, r.index, float(r.slider.value)) for r in self.rows if not r.vector
+            Feature(r.source, r.index, float(r.slider.value), when=r.when())
+            for r in self.rows
+            if not r.vector
         ]
 
     def vectors(self) -> list[Vector]:
-        return [
-            Vector(v.vector, v.hook, float(r.slider.value))
-            for r in self.rows
-            if r.vector is not None
-            for v in (r.vector, *r.extra)
-        ]
+        out = []
+        for r in self.rows:
+            if r.vector is None:
+                continue
+            when = r.when()
+            out += [replace(v, strength=float(r.slider.value), when=when)
+                    for v in (r.vector, *r.extra)]  # fmt: skip
+        return out
 
     def _redraw(self) -> None:
-        self.ui.children = tuple(r.box for r in self.rows) or (self.empty,)
+        self.ui.children = tuple(r.ui for r in self.rows) or (self.empty,)

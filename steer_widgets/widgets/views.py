@@ -9,13 +9,14 @@ reproduces the saved tokens (the engine is exact: same request, same seed, same 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import torch
 
 from ..errors import RequestError
 from ..files import user_path, write_text_atomically
-from ..steering.requests import SteerRequest, Vector, conditions_of
+from ..steering.requests import SteerRequest, Vector
 from ..steering.results import check_products
 
 VIEW_VERSION = 1
@@ -41,6 +42,12 @@ def save_view(explorer, path: str | Path) -> dict:
         },
         "outputs_match_request": explorer.request_done == req,
         "products": explorer.engine.products,  # the saved tokens replay on this setting
+        # what the "steer when" controls say (the request's, then each row's), so a view
+        # loads back editable; the request's record holds the conditions themselves
+        "condition_rows": {
+            "when": explorer.condition_row.state(),
+            "rows": [None if r.condition is None else r.condition.state() for r in rows],
+        },
     }
     write_text_atomically(target, json.dumps(view, indent=1), _path_error)
     return view
@@ -111,40 +118,104 @@ def apply_view(explorer, source: str | Path | dict) -> None:
     view = read_view(source)
     check_products(view.get("products", "float32"), explorer.engine.products)
     req = SteerRequest.from_dict(view["request"])
-    gated = [field for field, _ in conditions_of(req) if field != "when"]
-    if gated:
-        raise RequestError(
-            f"request.{gated[0]}",
-            "the explorer gates the whole request (set(when=...)), not one entry; steer "
-            "this request with engine.steer",
-        )
+    groups = _concept_groups(view, req.vectors)
+    row_whens = [f.when for f in req.features] + [_group_when(view, req, g) for g in groups]
+    states = _condition_states(view, len(row_whens))
     ex = explorer
     with ex.batch():
         while ex.features_ui.rows:
             ex.remove_feature(len(ex.features_ui.rows) - 1)
         ex.set(prompt=view["prompt"], chat=view["chat"], sweep=tuple(req.sweep))
-        ex.set(**{k: getattr(req, k) for k in SETTINGS}, when=req.when)
+        ex.set(**{k: getattr(req, k) for k in SETTINGS})
+        _show_condition(ex.condition_row, req.when, states["when"])
         for f in req.features:
             ex.add_feature(f.source, f.index, f.strength)
-        for name, group in _concept_groups(view, req.vectors):
+        for name, group, _ in groups:
             if len(group) == 1:
                 v = group[0]
                 ex.add_concept(name, Vector(torch.as_tensor(v.vector), v.hook, v.strength))
             else:
-                ex.add_vectors(name, group)
+                ex.add_vectors(name, [replace(v, when=None) for v in group])
+        added = len(ex.features_ui.rows) == len(row_whens)  # else the status line says why
+        for i, when in enumerate(row_whens if added else ()):
+            if when is not None or states["rows"][i] is not None:
+                _show_condition(ex.features_ui.condition_of(i), when, states["rows"][i])
     ex.saved_outputs = view.get("outputs", {})
 
 
-def _concept_groups(view: dict, vectors) -> list[tuple[str, list[Vector]]]:
-    """Each concept row's name and vectors: one vector each unless ``concept_layers`` (a
-    loaded multi-layer vector's row) says how many."""
+def _group_when(view: dict, req: SteerRequest, group: tuple[str, list[Vector], int]):
+    """A concept row's condition: every vector of a row shares it (its ``when`` control)."""
+    start, vectors = group[2], group[1]
+    records = [None if v.when is None else v.when.to_dict() for v in vectors]
+    for k, record in enumerate(records[1:], start + 1):
+        if record != records[0]:
+            raise RequestError(
+                f"request.vectors[{k}].when",
+                f"differs from vectors[{start}].when: one explorer row has one condition",
+            )
+    return vectors[0].when
+
+
+def _condition_states(view: dict, n_rows: int) -> dict:
+    """The saved "steer when" controls, checked: one state (or None) per row."""
+    saved = view.get("condition_rows") or {}
+    if not isinstance(saved, dict):
+        raise RequestError("condition_rows", f"must be a dict, got {saved!r:.80}")
+    rows = saved.get("rows") or [None] * n_rows
+    if not isinstance(rows, list) or len(rows) != n_rows:
+        raise RequestError("condition_rows.rows", f"must list {n_rows} rows, got {rows!r:.80}")
+    states = {"when": saved.get("when"), "rows": rows}
+    for field, state in [("condition_rows.when", states["when"])] + [
+        (f"condition_rows.rows[{i}]", s) for i, s in enumerate(rows)
+    ]:
+        _check_state(field, state)
+    return states
+
+
+def _check_state(field: str, state) -> None:
+    if state is None:
+        return
+    ok = (
+        isinstance(state, dict)
+        and state.get("kind") in ("feature", "concept")
+        and isinstance(state.get("what"), str)
+        and isinstance(state.get("threshold"), (int, float))
+        and not isinstance(state.get("threshold"), bool)
+        and state.get("scope") in ("token", "prompt")
+    )
+    if not ok:
+        raise RequestError(field, f"is not a saved condition row: {state!r:.120}")
+
+
+def _show_condition(row, when, state: dict | None) -> None:
+    """Put a saved condition into a "steer when" row: editable where the row's controls
+    make exactly the saved condition from the saved state (a concept's vector as saved),
+    else listed as set from Python."""
+    if when is None:
+        row.show_custom(None)
+        return
+    if state is not None:
+        vector = when.on if state["kind"] == "concept" and hasattr(when, "on") else None
+        row.show_state(state, vector)
+        try:
+            rebuilt = row.condition()
+        except RequestError:
+            rebuilt = None
+        if rebuilt is not None and rebuilt.to_dict() == when.to_dict():
+            return
+    row.show_custom(when)
+
+
+def _concept_groups(view: dict, vectors) -> list[tuple[str, list[Vector], int]]:
+    """Each concept row's name, vectors and first vector's place: one vector each unless
+    ``concept_layers`` (a loaded multi-layer vector's row) says how many."""
     names = view.get("concepts", [])
     counts = view.get("concept_layers", [1] * len(names))
     groups, start = [], 0
     for name, n in zip(names, counts, strict=True):
-        groups.append((name, list(vectors[start : start + n])))
+        groups.append((name, list(vectors[start : start + n]), start))
         start += n
-    return [(name, g) for name, g in groups if g]
+    return [(name, g, at) for name, g, at in groups if g]
 
 
 def same_tokens(explorer) -> bool:

@@ -69,6 +69,7 @@ def explorer(prompt: str) -> SimpleNamespace:
     return SimpleNamespace(
         request=lambda: req,
         features_ui=SimpleNamespace(rows=[]),
+        condition_row=SimpleNamespace(state=lambda: None),
         view=SimpleNamespace(
             mode=SimpleNamespace(value="text"), prompt=SimpleNamespace(value=prompt)
         ),
