@@ -516,9 +516,10 @@ def test_a_conditional_result_is_explained_with_its_gates(engine):
     assert any(e != 0.0 for e in effect.effect[4:])
     early = engine.attribute(result, "STEERED", 2, n=2)
     assert [r.attribution for r in early.rows] == [0.0]  # nothing added: no share, exactly
+    assert early.gated is False and early.to_dict()["gated"] is False
     assert abs(early.gain) < 1e-4  # two forward paths of one unsteered text
     late = engine.attribute(result, "STEERED", 6, n=2)
-    assert late.rows[0].attribution != 0.0
+    assert late.rows[0].attribution != 0.0 and late.gated is True
     changed = engine.steering_features(result, STEER_SOURCES[0], 4)
     unconditional = engine.steering_features(engine.steer(request.with_(when=None)),
                                              STEER_SOURCES[0], 4)  # fmt: skip

@@ -61,8 +61,10 @@ def attribute(
         feats = _features(engine, case, read, saes, grads, acts, n, ablate, lp_full)
     token = engine.tokenizer.token_strings([target])[0]
     method = "gradient" if steps == 1 else f"integrated gradient ({steps} steps)"
+    marks = case.completion.gated_tokens()
+    gated = None if marks is None else marks[position]
     return Attribution(case.label, position, token, lp_full - unsteered, rows, feats, method,
-                       id(engine))  # fmt: skip
+                       gated, id(engine))  # fmt: skip
 
 
 def path_points(steps: int) -> list[tuple[float, float]]:

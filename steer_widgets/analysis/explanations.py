@@ -102,7 +102,9 @@ class FeatureShare:
 @dataclass(frozen=True)
 class Attribution:
     """Why one steered token became more (or less) likely: ``gain`` is its log-probability
-    steered minus unsteered (measured, nats); ``rows`` and ``features`` share it out."""
+    steered minus unsteered (measured, nats); ``rows`` and ``features`` share it out.
+    ``gated`` (conditional steering only): whether some gate was on at the position that
+    predicted the token (``Completion.gated_tokens``)."""
 
     label: str
     position: int
@@ -111,6 +113,7 @@ class Attribution:
     rows: tuple[RowShare, ...]
     features: tuple[FeatureShare, ...]
     method: str = "gradient"
+    gated: bool | None = None
     engine_id: int = field(default=0, repr=False, compare=False)
 
     def frame(self):
@@ -138,6 +141,7 @@ class Attribution:
             "token": self.token,
             "gain": self.gain,
             "method": self.method,
+            "gated": self.gated,
             "rows": [vars(r) | {} for r in self.rows],
             "features": [vars(f) | {"change": f.change} for f in self.features],
         }
