@@ -18,6 +18,7 @@ from .errors import (
 )
 from .runtime.model import DEFAULT_MODEL, load_model
 from .sae.store import SAEStore
+from .steering.chat import Chat, Turn
 from .steering.conditions import Condition, When
 from .steering.generation import Sampling, TokenProb
 from .steering.requests import METHODS, TYPES, Feature, SteerRequest, Vector
@@ -37,6 +38,7 @@ __all__ = [
     "DEFAULT_MODEL",
     "METHODS",
     "TYPES",
+    "Chat",
     "Completion",
     "Condition",
     "ConceptFeatures",
@@ -53,6 +55,7 @@ __all__ = [
     "SteerResult",
     "SteerWidgetsError",
     "TokenProb",
+    "Turn",
     "Vector",
     "VectorError",
     "VectorModelMismatch",

@@ -30,6 +30,7 @@ from .sae.feature_index import FeatureIndex
 from .sae.hook_view import centres_writes
 from .sae.store import DEFAULT_BUDGET, SAEStore, check_locations
 from .steering.batch import plan_batch
+from .steering.chat import Chat
 from .steering.conditions import When
 from .steering.decoder import Decoder, Transcript
 from .steering.gates import Resolved
@@ -40,6 +41,7 @@ from .steering.requests import (
     SteerRequest,
     Vector,
     build_plan,
+    conditioned,
     output_multipliers,
     resolve_directions,
     sample_seeds,
@@ -180,6 +182,28 @@ class Engine:
         prompt, plan = self.plan(request)  # raises before any work
         return self._stream(request, prompt, plan, cancel)
 
+    def chat(self, record: Mapping | None = None, *, system: str | None = None, **steering) -> Chat:
+        """A steered chat (``sw.Chat``): DEFAULT, STEERED and each sweep row keep their own
+        conversation, and ``chat.say(text)`` decodes every side's reply as one exact ragged
+        batch. ``steering`` takes what a ``SteerRequest`` takes but the prompt; ``system``
+        is an optional system message. ``engine.chat(chat.to_dict())`` replays every turn
+        token for token. See docs/chat.md."""
+        if record is not None:
+            if steering or system is not None:
+                raise RequestError("record", "replays as recorded: give nothing beside it")
+            return Chat.from_record(self, record)
+        fields = set(SteerRequest.__dataclass_fields__) - {"prompt"}
+        unknown = sorted(k for k in steering if k not in fields)
+        if unknown:
+            raise RequestError(
+                unknown[0], "is not a chat setting (a chat's prompts are its messages)"
+            )
+        if not self.tokenizer.has_chat_template:
+            raise RequestError("engine", f"{self.model.name} has no chat template to chat with")
+        request = SteerRequest(prompt="", **steering)
+        self.plan(request.with_(prompt=[{"role": "user", "content": "Hi"}]))  # checked now
+        return Chat(self, request, system)
+
     def generate(self, prompt, **sampling) -> Completion:
         """The model's own completion (no steering), e.g. ``engine.generate("Hi", seed=1)``."""
         return self.steer(unsteered(prompt, sampling)).outputs["DEFAULT"]
@@ -205,29 +229,62 @@ class Engine:
         Every request is validated before any decoding; a bad one is named by its key."""
         reqs, plans = self._batch_plans(requests)
         started = time.perf_counter()
+        frames, rows = {}, 0
+        for frames, rows in self._batch_frames(reqs, plans, cancel, every_step=False):  # noqa: B007
+            pass
+        stats = {"seconds": time.perf_counter() - started, "batch": rows}
+        return {  # each result its own stats
+            n: self._result(reqs[n], dict(frames[n].outputs), plans[n][0].ids, dict(stats))
+            for n in reqs
+        }
+
+    def steer_batch_stream(
+        self, requests: Mapping[str, SteerRequest], cancel: threading.Event | None = None
+    ) -> Iterator[dict[str, Frame]]:
+        """``steer_batch`` step by step: after every decode step, each request's ``Frame``
+        (every output's text and ids so far); in the last one every frame is ``done``. The
+        same rows as ``steer_batch``, so the same tokens. Validated before any decoding."""
+        reqs, plans = self._batch_plans(requests)
+        return (frames for frames, _ in self._batch_frames(reqs, plans, cancel))
+
+    def _batch_frames(self, reqs, plans, cancel, every_step: bool = True):
+        """The ragged batch of ``steer_batch``: ``({name: Frame}, rows decoded)`` after every
+        step (``every_step``) and once at the end, every frame then ``done``."""
+        decoder = self.decoder
         batch = plan_batch(
             {n: (p.ids, reqs[n].sampling, plan) for n, (p, plan) in plans.items()},
-            self.decoder.cached_default,
+            decoder.cached_default,
         )
-        outputs: dict[str, dict[str, Completion]] = {n: {} for n in reqs}
+        outputs = {n: {label: Completion("", ()) for label in plans[n][1].labels} for n in reqs}
         for (name, label), completion in batch.cached.items():
             outputs[name][label] = completion
         done: list[Completion] = []
-        with self.decoder.running(cancel) as token:  # one token for every part
+        step = 0
+
+        def frames(finished: bool) -> dict[str, Frame]:
+            return {n: Frame(ordered(outputs[n], plans[n][1].labels), step, finished) for n in reqs}
+
+        with decoder.running(cancel) as token:  # one token for every part
             for rows, slots in batch.parts():
-                done += self.decoder.decode_all(None, rows, None, token)
-                for completion, answers in zip(done[-len(rows) :], slots, strict=True):
+                got = Transcript(len(rows))
+                for step_out in decoder.rows(None, rows, None, token):
+                    got.add(step_out)
+                    step += 1
+                    if every_step:
+                        for r, answers in enumerate(slots):
+                            stop = "eos" if step_out.done[r] else ""
+                            c = decoder.completion(got.ids[r], stop, got.probs[r], rows[r].gates)
+                            for name, label in answers:
+                                outputs[name][label] = c
+                        yield frames(False), len(batch.rows)
+                for r, (row, answers) in enumerate(zip(rows, slots, strict=True)):
+                    wanted = row.sampling.n_completion_tokens  # complete or "cancelled"
+                    done.append(decoder.final(got.ids[r], wanted, got.probs[r], row.gates))
                     for name, label in answers:
-                        outputs[name][label] = completion
+                        outputs[name][label] = done[-1]
         for r, (name, _) in batch.defaults():  # kept only if complete
-            self.decoder.remember_default(plans[name][0].ids, reqs[name].sampling, done[r])
-        stats = {"seconds": time.perf_counter() - started, "batch": len(batch.rows)}
-        return {
-            n: self._result(  # each result its own stats
-                reqs[n], ordered(outputs[n], plans[n][1].labels), plans[n][0].ids, dict(stats)
-            )
-            for n in reqs
-        }
+            decoder.remember_default(plans[name][0].ids, reqs[name].sampling, done[r])
+        yield frames(True), len(batch.rows)
 
     def token_logprobs(self, prompt, completion: Completion | Sequence[int]) -> Tensor:
         """Log-probability under the unsteered model of each completion token, given the
@@ -275,7 +332,8 @@ class Engine:
         request.sampling.validate(runtime.cfg.max_context - len(prompt.ids))
         directions = resolve_directions(request, self.saes, runtime.hook_widths())
         gated = self._gates(request, directions, prompt)
-        return prompt, build_plan(request, directions, prompt.special, gated)
+        plan = build_plan(request, directions, prompt.special, gated, prompt.generated)
+        return prompt, plan
 
     def vectors(self, request: SteerRequest | Mapping) -> list[Vector]:
         """What the STEERED output of ``request`` adds, as plain ``Vector``s at their hooks:
@@ -529,6 +587,14 @@ class Engine:
         check before any decoding, prompt-scope decisions taken from unsteered passes."""
         if all(m is None for m in output_multipliers(request).values()):
             return None  # nothing steers
+        gated = conditioned(request)
+        if gated and prompt.generated:
+            raise RequestError(
+                gated,
+                "conditional steering over a chat's earlier replies is not supported yet: "
+                "a condition's windows and decisions would have to follow each turn "
+                "(docs/chat.md)",
+            )
         own = {f"features[{i}]": f.when for i, f in enumerate(request.features)}
         own |= {f"vectors[{i}]": v.when for i, v in enumerate(request.vectors)}
         scores = self._condition_scores
@@ -541,7 +607,12 @@ class Engine:
         )
 
     def _encode(self, request: SteerRequest) -> EncodedPrompt:
-        return self.tokenizer.encode(request.prompt, self.model.runtime.cfg.max_context - 1)
+        cfg = self.model.runtime.cfg
+        prompt = self.tokenizer.encode(request.prompt, cfg.max_context - 1)
+        for n, message in enumerate(request.prompt if prompt.generated else ()):
+            if "token_ids" in message:  # an earlier reply's ids must be this model's
+                checks.token_ids(f"prompt[{n}].token_ids", message["token_ids"], cfg.vocab_size)
+        return prompt
 
     def _stream(self, request, prompt, plan, cancel, every_step: bool = True) -> Iterator[Frame]:
         """A ``Frame`` after every decode step (``every_step``), else only the last one: a

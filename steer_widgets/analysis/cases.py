@@ -33,6 +33,7 @@ class Case:
     special: tuple[bool, ...]
     ids: tuple[int, ...]  # prompt + completion
     n_prompt: int
+    generated: tuple[bool, ...] = ()  # per prompt position: an earlier reply's own token
 
     def ops(self, directions: Sequence[Direction], scale: float = 1.0) -> Hooks:
         """The row's hook functions with only ``directions``, at ``scale`` times its
@@ -45,7 +46,8 @@ class Case:
         )
         gates = self.completion.gates
         gated = None if gates is None else recorded(gates)  # each entry where it steered
-        return dict(build_plan(request, directions, self.special, gated).outputs[0].row.ops)
+        plan = build_plan(request, directions, self.special, gated, self.generated)
+        return dict(plan.outputs[0].row.ops)
 
 
 def steering_key(result: SteerResult) -> str:

@@ -145,7 +145,7 @@ class Explainer:
         multiplier = output_multipliers(result.request).get(label)
         ids = tuple(prompt.ids) + tuple(comp.token_ids)
         return Case(result, label, comp, directions, multiplier, tuple(prompt.special), ids,
-                    len(prompt.ids))  # fmt: skip
+                    len(prompt.ids), prompt.generated)  # fmt: skip
 
     def _sources(self, case: Case, source) -> list[str]:
         saes = self.engine.saes

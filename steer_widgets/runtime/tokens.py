@@ -5,6 +5,11 @@ tokenized without adding special tokens again, so there is never a double BOS. E
 that does not come from a message's own content (BOS, role headers, the template's default
 system prompt) is flagged special: that is what ``steer_special_tokens=False`` leaves alone
 and what activation heatmaps grey out.
+
+An assistant message may carry the ``token_ids`` a model generated for it (a chat's earlier
+reply, ``steering/chat.py``): those ids are spliced in as they were generated, never
+re-tokenised from text, and flagged ``generated``; the template's text around them is
+tokenised piece by piece.
 """
 
 from __future__ import annotations
@@ -24,6 +29,11 @@ class EncodedPrompt:
     ids: tuple[int, ...]
     special: tuple[bool, ...]
     chat: bool
+    generated: tuple[bool, ...] = ()  # per position: an earlier reply's own token (else none)
+
+    def generated_at(self) -> tuple[bool, ...]:
+        """Per position, whether it is a generated token of an earlier reply."""
+        return self.generated or (False,) * len(self.ids)
 
 
 class Tokenizer:
@@ -97,16 +107,39 @@ class Tokenizer:
             raise RequestError(
                 "prompt", "is a chat (list of messages) but this model has no chat template"
             )
-        text = self.hf.apply_chat_template(
-            [dict(m) for m in messages], add_generation_prompt=True, tokenize=False
-        )
+        replies = [n for n, m in enumerate(messages) if "token_ids" in m]
+        marks = {n: f"\ue000{k}\ue001" for k, n in enumerate(replies)}  # never in user text
+        shown = [{"role": m["role"], "content": marks.get(n, m["content"])}
+                 for n, m in enumerate(messages)]  # fmt: skip
+        text = self.hf.apply_chat_template(shown, add_generation_prompt=True, tokenize=False)
+        pieces = _split_at(text, [marks[n] for n in replies], replies)
+        bounds = [-1, *replies, len(messages)]
+        ids: list[int] = []
+        special: list[bool] = []
+        generated: list[bool] = []
+        for k, piece in enumerate(pieces):
+            if k:  # the reply before this piece, as it was generated
+                reply = [int(i) for i in messages[replies[k - 1]]["token_ids"]]
+                ids += reply
+                special += [i in self.special_ids for i in reply]
+                generated += [True] * len(reply)
+            between = [m["content"] for m in messages[bounds[k] + 1 : bounds[k + 1]]]
+            piece_ids, piece_special = self._template_piece(piece, between)
+            ids += piece_ids
+            special += piece_special
+            generated += [False] * len(piece_ids)
+        return EncodedPrompt(tuple(ids), tuple(special), True, tuple(generated) if replies else ())
+
+    def _template_piece(self, text: str, contents: list[str]) -> tuple[list[int], list[bool]]:
+        """A rendered template's text tokenised, each token flagged special unless it comes
+        from one of the messages' ``contents``."""
         enc = self.hf(text, add_special_tokens=False, return_offsets_mapping=True)
-        spans = _content_spans(text, [m["content"] for m in messages])
-        special = tuple(
+        spans = _content_spans(text, contents)
+        special = [
             i in self.special_ids or not _inside(a, b, spans)
             for i, (a, b) in zip(enc["input_ids"], enc["offset_mapping"], strict=True)
-        )
-        return EncodedPrompt(tuple(enc["input_ids"]), special, chat=True)
+        ]
+        return list(enc["input_ids"]), special
 
 
 def check_prompt(prompt) -> None:
@@ -125,15 +158,33 @@ def _check_messages(messages: Sequence[dict]) -> None:
     if len(messages) == 0:
         raise RequestError("prompt", "is an empty list of messages")
     for n, m in enumerate(messages):
-        if not isinstance(m, dict) or set(m) != {"role", "content"}:
-            raise RequestError(f"prompt[{n}]", "must be a dict with exactly 'role' and 'content'")
+        if not isinstance(m, dict) or set(m) - {"token_ids"} != {"role", "content"}:
+            raise RequestError(
+                f"prompt[{n}]",
+                "must be a dict with exactly 'role' and 'content' (and, for an earlier "
+                "reply, its generated 'token_ids')",
+            )
         if m["role"] not in ROLES:
             raise RequestError(f"prompt[{n}].role", f"is {m['role']!r}; expected one of {ROLES}")
         if not isinstance(m["content"], str):
             raise RequestError(f"prompt[{n}].content", "must be a string")
         _check_unicode(f"prompt[{n}].content", m["content"])
+        if "token_ids" in m:
+            _check_reply_ids(n, m)
     if not any(m["content"].strip() for m in messages):
         raise RequestError("prompt", "has no message with content")
+
+
+def _check_reply_ids(n: int, m: dict) -> None:
+    """An earlier reply's generated ids: an assistant message's, a list of token ids."""
+    if m["role"] != "assistant":
+        raise RequestError(f"prompt[{n}].token_ids", "belongs to an assistant message only")
+    ids = m["token_ids"]
+    if isinstance(ids, (str, bytes)) or not isinstance(ids, Sequence):
+        raise RequestError(f"prompt[{n}].token_ids", f"must be a list of token ids, got {ids!r}")
+    for i, token in enumerate(ids):
+        if isinstance(token, bool) or not isinstance(token, int) or token < 0:
+            raise RequestError(f"prompt[{n}].token_ids[{i}]", f"is not a token id: {token!r}")
 
 
 def _check_unicode(field: str, text: str) -> None:
@@ -142,6 +193,21 @@ def _check_unicode(field: str, text: str) -> None:
         text.encode("utf-8")
     except UnicodeEncodeError as err:
         raise RequestError(field, f"is not valid Unicode text ({err.reason})") from None
+
+
+def _split_at(text: str, marks: list[str], replies: list[int]) -> list[str]:
+    """``text`` cut at each mark, in order: the template's pieces around the replies."""
+    pieces, rest = [], text
+    for mark, n in zip(marks, replies, strict=True):
+        before, found, rest = rest.partition(mark)
+        if not found:
+            raise RequestError(
+                f"prompt[{n}].token_ids",
+                "cannot be placed: this model's chat template does not write an assistant "
+                "message's content as given",
+            )
+        pieces.append(before)
+    return [*pieces, rest]
 
 
 def _content_spans(text: str, contents: list[str]) -> list[tuple[int, int]]:

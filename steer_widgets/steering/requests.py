@@ -265,14 +265,18 @@ def build_plan(
     directions: Sequence[Direction],
     special: Sequence[bool],
     gated: Resolved | None = None,
+    generated: Sequence[bool] = (),
 ) -> Plan:
-    """The rows of a validated request; ``special`` flags the prompt's special tokens and
-    ``gated`` holds its resolved conditions (each steered row gets its own state)."""
+    """The rows of a validated request; ``special`` flags the prompt's special tokens,
+    ``gated`` holds its resolved conditions (each steered row gets its own state) and
+    ``generated`` flags an earlier reply's own tokens in a chat's history (steered as the
+    completion positions they were: the plain coefficient, never masked)."""
     check_combinable(request.steer_method, directions)
-    unsteered = special if not request.steer_special_tokens else [False] * len(special)
-    prompt = PromptPositions(
-        float(request.prompt_multiplier), torch.tensor(unsteered, dtype=torch.bool)
-    )
+    replies = torch.tensor(list(generated) or [False] * len(special), dtype=torch.bool)
+    unsteered = torch.tensor(list(special), dtype=torch.bool) & ~replies
+    if request.steer_special_tokens:
+        unsteered = torch.zeros(len(special), dtype=torch.bool)
+    prompt = PromptPositions(float(request.prompt_multiplier), unsteered, replies)
     by_hook: dict[str, list[Direction]] = {}
     for d in directions:
         by_hook.setdefault(d.hook, []).append(d)
@@ -448,6 +452,7 @@ class PromptPositions:
 
     multiplier: float
     unsteered: Tensor  # bool [prompt length]
+    generated: Tensor | None = None  # bool [prompt length]: an earlier reply's own tokens
 
     def plain_from(self, start: int) -> bool:
         """Positions from ``start`` on are steered with the plain coefficient: every decode
@@ -455,6 +460,13 @@ class PromptPositions:
         if start >= len(self.unsteered):
             return True
         return self.multiplier == 1.0 and not bool(self.unsteered[start:].any())
+
+    def scaled(self, pos: Tensor) -> Tensor:
+        """Which of ``pos`` take ``multiplier``: prompt positions, not earlier replies'."""
+        in_prompt = pos < len(self.unsteered)
+        if self.generated is None or not bool(self.generated.any()):
+            return in_prompt
+        return in_prompt & ~self.generated[pos.clamp(max=len(self.unsteered) - 1)]
 
 
 def row_op(
@@ -490,7 +502,8 @@ def row_op(
         in_prompt = pos < len(prompt.unsteered)
         scale: float | Tensor = 1.0  # a mask alone keeps the plain coefficient's arithmetic
         if prompt.multiplier != 1.0:
-            scale = torch.where(in_prompt, prompt.multiplier, 1.0).to(x.device)[None, :, None]
+            scaled = prompt.scaled(pos)
+            scale = torch.where(scaled, prompt.multiplier, 1.0).to(x.device)[None, :, None]
         kept = in_prompt & prompt.unsteered[pos.clamp(max=len(prompt.unsteered) - 1)]
         keep = kept.to(x.device).view(1, -1, *[1] * (x.dim() - 2))  # hook_z is [B, T, H, d]
         return torch.where(keep, x, steer(x, scale, start, kept))

@@ -105,3 +105,16 @@ def test_zero_direction_names_its_field():
     with pytest.raises(sw.RequestError) as info:
         unit(torch.full((4,), float("nan")), "vectors[0].vector")
     assert info.value.field == "vectors[0].vector"
+
+
+def test_an_earlier_replys_tokens_take_the_plain_coefficient_and_are_never_masked():
+    """In a chat's history, an earlier reply's own tokens were completion positions: the
+    plain coefficient and no special-token mask, while the template and the user's words
+    around them take ``prompt_multiplier`` (and the mask). Positions 2-4 are a reply here,
+    position 3 a special token inside it."""
+    special = torch.tensor([True, False, False, True, False, True, False])
+    generated = torch.tensor([False, False, True, True, True, False, False])
+    prompt = PromptPositions(3.0, special & ~generated, generated)
+    got = apply("SIMPLE_ADDITIVE", [Direction("h", V, 2.0)], prompt=prompt)
+    coef = torch.tensor([0.0, 6.0, 2.0, 2.0, 2.0, 0.0, 6.0, 2.0, 2.0])  # 7, 8: generated now
+    torch.testing.assert_close(got, H + coef[None, :, None] * V)
