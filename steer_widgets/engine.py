@@ -21,6 +21,7 @@ from .analysis.concept_features import ConceptFeatures
 from .analysis.concepts import PROMPT_MULTIPLIER, Concepts, FeatureMatches
 from .analysis.condition_scores import ConditionScores
 from .analysis.evaluation import Evaluation
+from .analysis.readout import Readout, readout
 from .analysis.text import Analysis
 from .checks import public_methods
 from .errors import RequestError
@@ -191,7 +192,7 @@ class Engine:
         if record is not None:
             if steering or system is not None:
                 raise RequestError("record", "replays as recorded: give nothing beside it")
-            return Chat.from_record(self, record)
+            return Chat.from_record(self, record, self._read_out)
         fields = set(SteerRequest.__dataclass_fields__) - {"prompt"}
         unknown = sorted(k for k in steering if k not in fields)
         if unknown:
@@ -202,7 +203,11 @@ class Engine:
             raise RequestError("engine", f"{self.model.name} has no chat template to chat with")
         request = SteerRequest(prompt="", **steering)
         self.plan(request.with_(prompt=[{"role": "user", "content": "Hi"}]))  # checked now
-        return Chat(self, request, system)
+        return Chat(self, request, system, self._read_out)
+
+    def _read_out(self, chat: Chat, target) -> Readout:
+        """How a chat of this engine reads its replies (``Chat.readout``)."""
+        return readout(self, chat, target)
 
     def generate(self, prompt, **sampling) -> Completion:
         """The model's own completion (no steering), e.g. ``engine.generate("Hi", seed=1)``."""

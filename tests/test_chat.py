@@ -136,3 +136,31 @@ def test_bad_input_is_named_before_any_work_and_the_chat_is_as_it_was(engine):
     with pytest.raises(sw.RequestError) as err:
         fresh.undo()
     assert err.value.field == "undo"
+
+
+def test_a_readout_reads_every_reply_under_the_unsteered_model(engine):
+    chat = _chat(engine, sweep=())
+    for message in MESSAGES[:2]:
+        chat.say(message)
+    feature = sw.Feature(SOURCE, 100)
+    out = chat.readout(feature)
+    frame = out.frame()
+    assert list(frame["side"]) == ["DEFAULT", "STEERED"] * 2 and list(frame["turn"]) == [0, 0, 1, 1]
+    history = chat.history("STEERED")
+    reply = chat.turns[1].replies["STEERED"]
+    text = engine.text(history[:3], reply)  # turn 1's prompt, then its reply
+    values = engine.feature_values(text, SOURCE, 100)
+    n = len([i for i in reply.token_ids if i not in engine.decoder.stop_ids])
+    read = values[len(text.ids) - len(reply.token_ids) :][:n]
+    row = frame[(frame["turn"] == 1) & (frame["side"] == "STEERED")].iloc[0]
+    assert row["n"] == n and row["max"] == pytest.approx(float(read.max()), abs=1e-4)
+    assert row["mean"] == pytest.approx(float(read.mean()), abs=1e-4)
+    svg = out.svg()
+    assert svg.count('class="sw-turn"') == 4 and "DEFAULT" in svg and "STEERED" in svg
+    vector = sw.Vector(torch.randn(576, generator=torch.Generator().manual_seed(4)),
+                       "blocks.12.hook_resid_post")  # fmt: skip
+    cosines = chat.readout(vector).frame()
+    assert cosines["max"].between(-1, 1).all()
+    with pytest.raises(sw.RequestError) as err:
+        chat.readout("STEERED")
+    assert err.value.field == "target"

@@ -42,12 +42,7 @@ def tradeoff_svg(
     def y_f(f: float) -> float:
         return TOP + (f_hi - f) / (f_hi - f_lo) * (H - TOP - BOTTOM)
 
-    parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" class="sw-chart" viewBox="0 0 {W} {H}" '
-        f'width="{W}" height="{H}" role="img" aria-label="success and fluency against strength">',
-        f'<rect x="{LEFT}" y="{TOP}" width="{W - LEFT - RIGHT}" height="{H - TOP - BOTTOM}" '
-        'fill="none" stroke="currentColor" stroke-opacity="0.3"/>',
-    ]
+    parts = _frame("success and fluency against strength")
     for s in (0, 0.5, 1):
         parts.append(_text(LEFT - 6, y_s(s) + 4, f"{100 * s:.0f}%", "end", SUCCESS_COLOUR))
     for f in _ticks(f_lo, f_hi):
@@ -78,6 +73,16 @@ def tradeoff_svg(
     )  # fmt: skip
     parts.append("</svg>")
     return "".join(parts)
+
+
+def _frame(label: str) -> list[str]:
+    """A chart's opening tag and plot frame (its ``aria-label`` says what it shows)."""
+    return [
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="sw-chart" viewBox="0 0 {W} {H}" '
+        f'width="{W}" height="{H}" role="img" aria-label="{escape(label)}">',
+        f'<rect x="{LEFT}" y="{TOP}" width="{W - LEFT - RIGHT}" height="{H - TOP - BOTTOM}" '
+        'fill="none" stroke="currentColor" stroke-opacity="0.3"/>',
+    ]
 
 
 def _ticks(lo: float, hi: float) -> list[float]:
@@ -111,3 +116,37 @@ def _polyline(pts: list[tuple[float, float]], colour: str, dash: str) -> str:
     coords = " ".join(f"{a:.1f},{b:.1f}" for a, b in pts)
     dashes = f' stroke-dasharray="{dash}"' if dash else ""
     return f'<polyline points="{coords}" fill="none" stroke="{colour}" stroke-width="2"{dashes}/>'
+
+
+SIDE_COLOURS = ("#4a5568", "#c05621", "#2b6cb0", "#2f855a", "#805ad5")  # DEFAULT first
+
+
+def turns_svg(series: dict[str, list[float]], label: str) -> str:
+    """One line per side over a chat's turns (``series``: side -> a value per turn, NaN
+    where a turn has none), for ``Readout.svg``."""
+    n = max((len(v) for v in series.values()), default=0)
+    values = [v for vs in series.values() for v in vs if math.isfinite(v)] or [0.0]
+    lo, hi = min(0.0, *values), max(values)
+    hi = hi if hi > lo else lo + 1.0
+
+    def x(t: float) -> float:
+        return LEFT + (t + 0.5) / max(n, 1) * (W - LEFT - RIGHT)
+
+    def y(v: float) -> float:
+        return TOP + (hi - v) / (hi - lo) * (H - TOP - BOTTOM)
+
+    parts = _frame(f"{label} per turn")
+    for v in (lo, (lo + hi) / 2, hi):
+        parts.append(_text(LEFT - 6, y(v) + 4, f"{v:.2g}", "end", "currentColor"))
+    for t in range(n):
+        parts.append(_text(x(t), H - BOTTOM + 15, f"{t + 1}", "middle", "currentColor"))
+    for k, (side, vs) in enumerate(series.items()):
+        colour = SIDE_COLOURS[k % len(SIDE_COLOURS)]
+        pts = [(x(t), y(v)) for t, v in enumerate(vs) if math.isfinite(v)]
+        parts.append(_polyline(pts, colour, "" if k else "4 3"))
+        parts += [f'<circle class="sw-turn" cx="{a:.1f}" cy="{b:.1f}" r="3.5" fill="{colour}"/>'
+                  for a, b in pts]  # fmt: skip
+        parts.append(_text(LEFT + 110 * k, H - 6, f"● {side}", "start", colour))
+    parts.append(_text(W - RIGHT, H - 6, f"{label} (turn)", "end", "currentColor"))
+    parts.append("</svg>")
+    return "".join(parts)

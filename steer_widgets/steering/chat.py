@@ -40,13 +40,16 @@ class Turn:
 class Chat:
     """A conversation with every side of ``steering`` (``Engine.chat`` makes it)."""
 
-    def __init__(self, engine, steering: SteerRequest, system: str | None = None) -> None:
+    def __init__(
+        self, engine, steering: SteerRequest, system: str | None = None, readout=None
+    ) -> None:
         if system is not None:
             checks.text("system", system)
         gated = conditioned(steering)
         if gated:
             raise RequestError(gated, "conditional steering in a chat is not supported yet")
         self.engine, self.system = engine, system
+        self._readout = readout  # analysis.readout, given by the engine (a layer above)
         self._steering = steering.with_(prompt="")
         self._turns: list[Turn] = []
         self._lock = threading.RLock()  # one turn at a time; state changes whole or not
@@ -83,6 +86,15 @@ class Chat:
             *turns, last = turns
             message, steering, seed = last.message, last.steering, last.seed
         return _side_request(steering, side, self._messages(side, turns, message), seed)
+
+    def readout(self, target):
+        """Per turn and side, the mean and max of a feature's activation (``sw.Feature``)
+        or of a direction's cosine with the residual (``sw.Vector``) over the reply's
+        tokens, read by the unsteered model: ``.frame()`` and ``.svg()`` (a notebook shows
+        the chart)."""
+        if self._readout is None:
+            raise RequestError("readout", "this engine reads no activations")
+        return self._readout(self, target)
 
     # -- talking ---------------------------------------------------------------------------
     def say(self, text: str, cancel: threading.Event | None = None) -> dict[str, Completion]:
@@ -161,12 +173,12 @@ class Chat:
 
     # -- records ---------------------------------------------------------------------------
     @classmethod
-    def from_record(cls, engine, record) -> Chat:
+    def from_record(cls, engine, record, readout=None) -> Chat:
         """The chat of ``to_dict``'s record, every turn decoded again under its own steering
         and seed (the same tokens: every turn is exact). Checked before any decoding."""
         turns, steering, system = _read_record(record, engine)
         first = turns[0][2] if turns else steering
-        chat = cls(engine, first, system)
+        chat = cls(engine, first, system, readout)
         for message, seed, turn_steering in turns:
             chat._steering = turn_steering
             chat._say_seeded(message, seed)
