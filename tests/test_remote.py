@@ -583,3 +583,18 @@ def test_a_stream_the_server_ended_early_is_complete(remote, monkeypatch):
         "requests of the second steer": 1,  # STEERED only: DEFAULT came from the cache
         "evaluation": (True, [(0.0, "eos")]),
     }
+
+
+def test_a_chat_over_the_server_is_the_local_engines_turn_by_turn(remote, engine, sources):
+    """Histories travel as token ids, so each side's reply over the server is the local
+    engine's, turn by turn (greedy: the server's sampler is not ours)."""
+    settings = dict(features=[sw.Feature(sources[1], 123, 40.0)], temperature=0.0,
+                    freq_penalty=0.0, n_completion_tokens=8)  # fmt: skip
+    chats = [remote.chat(**settings), engine.chat(**settings)]
+    for message in ("What should I cook tonight?", "Something quicker, please."):
+        got, want = (chat.say(message) for chat in chats)
+        assert {s: c.token_ids for s, c in got.items()} == {s: c.token_ids for s, c in want.items()}
+    assert chats[0].history("STEERED") == chats[1].history("STEERED")
+    frames = list(chats[0].say_stream("And a dessert?"))
+    assert frames[-1].done and len(chats[0].turns) == 3
+    assert frames[-1].outputs == chats[1].say("And a dessert?")

@@ -371,6 +371,27 @@ class RemoteEngine(Engine, kind="remote"):
         with self.decoder.running(cancel) as token:  # one token for every request
             return {name: self.steer(request, token) for name, request in reqs.items()}
 
+    def steer_batch_stream(
+        self, requests: Mapping[str, SteerRequest], cancel: threading.Event | None = None
+    ) -> Iterator[dict[str, Frame]]:
+        """Each request streamed in turn, after every token every request's latest frame
+        (the last time, all done); all are validated first, a bad one named by its key."""
+        reqs, plans = self._batch_plans(requests)
+        return self._in_turn(reqs, plans, cancel)
+
+    def _in_turn(self, reqs, plans, cancel) -> Iterator[dict[str, Frame]]:
+        latest = {
+            n: Frame({label: Completion("", ()) for label in plans[n][1].labels}, 0) for n in reqs
+        }
+        with self.decoder.running(cancel) as token:  # one token for every request
+            for name, request in reqs.items():
+                prompt, plan = plans[name]
+                for frame in self._stream(request, prompt, plan, token):
+                    latest[name] = frame
+                    if not all(f.done for f in latest.values()):
+                        yield dict(latest)
+        yield dict(latest)
+
     def token_logprobs(self, prompt, completion) -> Tensor:
         """Log-probabilities of the completion's tokens, from the server's logits."""
         if "lm_head" not in self.model.runtime.points:
