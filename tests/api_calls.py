@@ -93,6 +93,9 @@ def calls(engine, sources: list[str], tmp: Path) -> list[Call]:
 
         return run
 
+    chat = engine.chat(features=[sw.Feature(early, 11, 20.0)], n_completion_tokens=2,
+                       temperature=0.0)  # fmt: skip
+    chat.say("Hi")  # a turn to edit
     return [
         Call("steer", lambda engine, ex, **kw: engine.steer(**kw), {"request": request}),
         Call("steer_stream", lambda engine, ex, **kw: list(engine.steer_stream(**kw)),
@@ -100,6 +103,13 @@ def calls(engine, sources: list[str], tmp: Path) -> list[Call]:
         Call("steer_batch", lambda engine, ex, **kw: engine.steer_batch(**kw),
              {"requests": request.map(lambda r: {"a": r, "b": r.with_(features=(sw.Feature(late, 3, 9.0),))})}),
         Call("plan", lambda engine, ex, **kw: engine.plan(**kw), {"request": request}),
+        Call("chat", lambda engine, ex, **kw: engine.chat(**kw),
+             {"features": st.just([sw.Feature(early, 11, 20.0)]), "system": st.just("Be brief."),
+              "temperature": st.sampled_from([0.0, 0.7]), "n_completion_tokens": st.just(2)}),
+        Call("Chat.say", lambda engine, ex, **kw: chat.say(**kw), {"text": st.just("Hi there")},
+             odd={"text": ["", " ", 7, ["Hi"]]}),
+        Call("Chat.edit", lambda engine, ex, **kw: chat.edit(**kw),
+             {"turn": st.just(0), "text": st.just("Hello")}, odd={"turn": [-1, 99, 0.5]}),
         Call("generate", lambda engine, ex, **kw: engine.generate(**kw),
              {"prompt": prompt, **sampling}),
         Call("samples", lambda engine, ex, **kw: engine.samples(**kw),

@@ -18,6 +18,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from .. import checks
+from ..checks import public_methods
 from ..errors import RequestError
 from .requests import SteerRequest, conditioned, output_multipliers
 from .results import Completion, Frame, cut_short
@@ -37,6 +38,7 @@ class Turn:
     steering: SteerRequest = field(repr=False, compare=False)
 
 
+@public_methods
 class Chat:
     """A conversation with every side of ``steering`` (``Engine.chat`` makes it)."""
 
