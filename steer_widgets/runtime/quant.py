@@ -42,6 +42,7 @@ from __future__ import annotations
 import functools
 import hashlib
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -280,23 +281,36 @@ def pack_int8(raw: np.ndarray, qtype: int | str) -> Tensor:
 
 def _packed(raw: np.ndarray, name: str, arrange) -> Tensor:
     """Either layout (``arrange``: how the codes lie), written CHUNK blocks at a time into the
-    one output (a load's peak memory is the packed model plus a few MB)."""
+    one output (a load's peak memory is the packed model plus a few MB a thread). The chunks
+    after the first run on torch's thread count: numpy releases the GIL in its array
+    operations, and each chunk's bytes are its own whichever thread makes them."""
     _, size = TYPES[name]
-    n = raw.shape[0]
-    nb, groups = -(-n // BLOCK), raw.shape[1] // size * WEIGHTS[name] // QK
-    out = view = None  # sized by the first chunk: its bytes per group are the layout's own
-    for b in range(0, nb, CHUNK):
-        rows = np.ascontiguousarray(raw[b * BLOCK : (b + CHUNK) * BLOCK], dtype=np.uint8)
-        kind = name
-        if kind == "Q5_0":  # the same weights as Q8_0 blocks
-            rows, kind = _q5_0_as_q8_0(rows), "Q8_0"
-        parts, codes = _factors_and_codes(rows, kind)
-        part = np.concatenate([*parts, arrange(_per_group(codes), kind)], axis=-1)
-        if out is None:
-            out = torch.empty(nb, groups, part.shape[-1], dtype=torch.uint8)
-            view = out.numpy()
-        view[b : b + CHUNK] = part
+    nb, groups = -(-raw.shape[0] // BLOCK), raw.shape[1] // size * WEIGHTS[name] // QK
+    first = _chunk(raw, name, arrange, 0)  # sizes the output: its bytes per group
+    out = torch.empty(nb, groups, first.shape[-1], dtype=torch.uint8)
+    view = out.numpy()
+    view[:CHUNK] = first
+
+    def fill(b: int) -> None:
+        view[b : b + CHUNK] = _chunk(raw, name, arrange, b)
+
+    rest = range(CHUNK, nb, CHUNK)
+    if len(rest) > 1 and torch.get_num_threads() > 1:
+        with ThreadPoolExecutor(min(torch.get_num_threads(), len(rest))) as pool:
+            list(pool.map(fill, rest))
+    else:
+        for b in rest:
+            fill(b)
     return out
+
+
+def _chunk(raw: np.ndarray, name: str, arrange, b: int) -> np.ndarray:
+    """Column blocks ``b`` to ``b + CHUNK`` in ``arrange``'s layout."""
+    rows = np.ascontiguousarray(raw[b * BLOCK : (b + CHUNK) * BLOCK], dtype=np.uint8)
+    if name == "Q5_0":  # the same weights as Q8_0 blocks
+        rows, name = _q5_0_as_q8_0(rows), "Q8_0"
+    parts, codes = _factors_and_codes(rows, name)
+    return np.concatenate([*parts, arrange(_per_group(codes), name)], axis=-1)
 
 
 def _int8_codes(codes: np.ndarray, name: str) -> np.ndarray:
