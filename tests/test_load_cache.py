@@ -86,6 +86,7 @@ def test_a_second_load_reads_what_the_first_made_with_the_same_bits(tiny, cache,
     for a, b in zip(first.runtime._products(), second.runtime._products(), strict=True):
         for x, y in zip(getattr(a, "parts", [a]), getattr(b, "parts", [b]), strict=True):
             assert torch.equal(x.packed, y.packed)
+    assert torch.equal(first.runtime.embed._float_layout(), second.runtime.embed._float_layout())
     logits, tokens = _logits_and_tokens(first)
     again, tokens_again = _logits_and_tokens(second)
     assert torch.equal(logits, again) and tokens == tokens_again

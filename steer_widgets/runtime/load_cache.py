@@ -141,6 +141,8 @@ class LoadCache:
                 disable=None,  # quiet where stderr is no terminal; shown in a notebook
             )
         tensor = make()
+        if self._bar.n + nbytes > self._bar.total:  # the embedding's second layout
+            self._bar.total = self._bar.n + nbytes
         self._bar.update(nbytes)
         return tensor
 

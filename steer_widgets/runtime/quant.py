@@ -467,6 +467,7 @@ class QuantLinear:
         self.products = products
         self.bias = None if bias is None else bias.contiguous()
         self.packed = weight.packed(products)
+        self._weight = weight  # where prepare_rows keeps the float layout
         want = (-(-self.out_features // BLOCK), self.in_features // QK)
         if tuple(self.packed.shape[:2]) != want:
             raise ValueError(f"packed blocks {tuple(self.packed.shape)}, not {want} groups")
@@ -493,6 +494,19 @@ class QuantLinear:
         if self._float_packed is None:
             self._float_packed = float_layout(self.packed, kernel_type(self.qtype_name))
         return self._float_packed
+
+    def prepare_rows(self) -> None:
+        """Make the layout ``rows`` reads now, through the weight's pack cache (int8 products
+        rearrange it from their own): for the embedding, whose rows every forward reads, so
+        that a load with the cache leaves no rearranging to the first forward."""
+        weight = self._weight
+        if self._float_packed is not None or weight.packs is None or not weight.name:
+            return
+        self._float_packed = weight.packs.get(
+            f"float-layout/{weight.name}",
+            lambda: float_layout(self.packed, kernel_type(self.qtype_name)),
+            weight.nbytes(),
+        )
 
     def rows(self, ids: Tensor) -> Tensor:
         """Rows ``ids`` of ``W``, dequantized (an embedding lookup): [..., in] float32. An id

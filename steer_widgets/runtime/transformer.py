@@ -259,6 +259,8 @@ class Transformer:
         embed = names["embed"] + ".weight"
         quantized = isinstance(state[embed], QuantWeight)  # rows read from its blocks
         self.embed = self._linear(state, (names["embed"],), self.device) if quantized else w(embed)
+        if isinstance(self.embed, QuantLinear):
+            self.embed.prepare_rows()
         self.pos_embed = w(names["pos_embed"] + ".weight") if cfg.learned_positions else None
         unembed = names["unembed"] + ".weight"
         tied = unembed not in state
