@@ -64,6 +64,23 @@ def work(monkeypatch) -> dict[str, int]:
     return counts
 
 
+@pytest.fixture
+def bars(monkeypatch) -> list[str]:
+    """The descriptions of the packing progress bars shown since the test began."""
+    import tqdm.auto
+
+    shown = []
+
+    class Recording(tqdm.auto.tqdm):
+        def __init__(self, *args, **kwargs) -> None:
+            if "packing" in kwargs.get("desc", ""):
+                shown.append(kwargs["desc"])
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(tqdm.auto, "tqdm", Recording)
+    return shown
+
+
 def _logits_and_tokens(model) -> tuple[torch.Tensor, list[int]]:
     ids = torch.tensor([model.tokenizer.encode(PROMPT).ids])
     logits = model.runtime.forward(ids)
@@ -76,12 +93,15 @@ def _logits_and_tokens(model) -> tuple[torch.Tensor, list[int]]:
 
 
 @pytest.mark.parametrize("products", ["float32", "int8"])
-def test_a_second_load_reads_what_the_first_made_with_the_same_bits(tiny, cache, work, products):
+def test_a_second_load_reads_what_the_first_made_with_the_same_bits(
+    tiny, cache, work, bars, products
+):
     first = load_model(str(tiny), products=products)
     made = dict(work)
     assert made["packed"] > 0 and made["measured"] == 1
+    assert bars == ["tiny-qwen2.gguf: packing for this CPU (first load only)"]
     second = load_model(str(tiny), products=products)
-    assert work == made  # nothing packed or measured again
+    assert work == made and len(bars) == 1  # nothing packed or measured again, no bar
     assert second.runtime.row_groups == first.runtime.row_groups
     for a, b in zip(first.runtime._products(), second.runtime._products(), strict=True):
         for x, y in zip(getattr(a, "parts", [a]), getattr(b, "parts", [b]), strict=True):
@@ -113,6 +133,19 @@ def test_a_changed_thread_count_kernel_or_cpu_measures_again(tiny, cache, work, 
     monkeypatch.setattr(native, "cpu_features", lambda: features + " another_flag")
     load_model(str(tiny))
     assert work["packed"] > seen["packed"] and work["measured"] == seen["measured"] + 1
+
+
+def test_a_failed_load_keeps_no_packed_copy(tiny, cache, work, monkeypatch):
+    def fail(self):
+        raise RuntimeError("stopped mid-load")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(Transformer, "calibrate", fail)
+        with pytest.raises(RuntimeError, match="mid-load"):
+            load_model(str(tiny))
+    assert list(cache.glob("gguf/*/packed-*.bin")) == []
+    load_model(str(tiny))
+    assert len(list(cache.glob("gguf/*/packed-float32.bin"))) == 1
 
 
 # ------------------------------------------------------------------ the keys, one by one

@@ -255,16 +255,22 @@ def load_gguf(
     )
     heads, index = (cfg.n_heads, cfg.n_kv_heads), json.loads((folder / INDEX).read_text())
     cache = LoadCache(folder, path, products, _block_bytes(index)) if blocks else None
-    state = read_tensors(path, heads, index, blocks, cache)
-    runtime = Transformer(
-        cfg,
-        state,
-        device=device,
-        dtype=dtype,
-        kernel=kernel,
-        products=products,
-        remember=None if cache is None else cache.remember,
-    )
+    try:
+        state = read_tensors(path, heads, index, blocks, cache)
+        remember = None if cache is None else cache.remember
+        runtime = Transformer(
+            cfg,
+            state,
+            device=device,
+            dtype=dtype,
+            kernel=kernel,
+            products=products,
+            remember=remember,
+        )
+    except BaseException:
+        if cache is not None:
+            cache.close(keep=False)
+        raise
     if cache is not None:
         cache.close()
     tokenizer = Tokenizer.from_folder(folder, prepend_bos=cfg.layout in ("gpt2", "neox"))

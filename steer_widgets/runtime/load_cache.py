@@ -114,6 +114,8 @@ class LoadCache:
 
     def read(self, name: str) -> Tensor | None:
         """Tensor ``name`` from the packed copy (None where it cannot be read whole)."""
+        if self._handle is None:  # closed
+            return None
         shape, offset = self._stored[name]
         tensor = torch.empty(shape, dtype=torch.uint8)
         view, done = memoryview(tensor.numpy().reshape(-1)), 0
@@ -163,12 +165,14 @@ class LoadCache:
         self._write(self.folder / ROW_GROUPS, lambda p: write_text_atomically(p, text))
         return groups
 
-    def close(self) -> None:
-        """The packed copy written where anything was packed; the file closed."""
+    def close(self, keep: bool = True) -> None:
+        """The packed copy written where anything was packed (``keep``: the load succeeded);
+        the file closed. Later calls to ``get`` make what they are asked for."""
         if self._handle is not None:
             self._handle.close()
             self._handle = None
-        if self.misses:
+        self._stored = {}
+        if self.misses and keep:
             if self._bar is not None:
                 self._bar.set_postfix_str("keeping the packed copy")
             self._write(self.file, lambda p: write_atomically(p, self._write_copy))
@@ -177,6 +181,7 @@ class LoadCache:
         if self._bar is not None:
             self._bar.close()
             self._bar = None
+        self.made, self.misses = {}, 0
 
     def _write_copy(self, tmp: Path) -> None:
         """The header (the key; each tensor's shape and offset from the data's start), then
