@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from .paths import cache_dir
-from .quant import QuantWeight, type_name
+from .quant import Packs, QuantWeight, type_name
 
 # llama.cpp tensor names (per block after ``blk.N.``) -> transformers names, llama layout
 _GLOBAL = {
@@ -105,12 +105,13 @@ def _tensors(path: Path, index: dict):
 
 
 def read_tensors(
-    path: Path, heads: tuple[int, int], index: dict, blocks: bool = True
+    path: Path, heads: tuple[int, int], index: dict, blocks: bool = True, packs: Packs | None = None
 ) -> dict[str, torch.Tensor | QuantWeight]:
     """Every tensor of the GGUF under its transformers name: float tensors as float32
-    (F16 converted exactly), quantized ones as ``QuantWeight`` blocks (read when packed), or
-    with ``blocks`` False dequantized by gguf (any type it knows, as transformers' loader
-    does). ``heads``: (query heads, key-value heads), for undoing llama.cpp's q/k row order."""
+    (F16 converted exactly), quantized ones as ``QuantWeight`` blocks (read when packed,
+    or their packing read from ``packs``), or with ``blocks`` False dequantized by gguf (any
+    type it knows, as transformers' loader does). ``heads``: (query heads, key-value heads),
+    for undoing llama.cpp's q/k row order."""
     from gguf import GGMLQuantizationType
     from gguf.quants import dequantize
 
@@ -134,8 +135,14 @@ def read_tensors(
             state[name] = torch.from_numpy(np.ascontiguousarray(dequantize(read(), qtype)))
         else:  # a named error for types the kernel does not read, listing those it does
             k, n = dims[0], int(np.prod(dims[1:]))  # GGUF dims list the contiguous one first
-            state[name] = QuantWeight(read, type_name(qtype.name), k, n)
+            state[name] = QuantWeight(read, type_name(qtype.name), k, n, gguf_name, packs)
     return state
+
+
+def _block_bytes(index: dict) -> int:
+    """Bytes of the file's quantized tensors (what a first load packs)."""
+    floats = {0, 1}  # GGMLQuantizationType F32, F16
+    return sum(n_bytes for _, ttype, _, _, n_bytes in index["tensors"] if ttype not in floats)
 
 
 def _field(reader, key: str):
@@ -229,8 +236,10 @@ def load_gguf(
     them as a ``LoadedModel``; this module does not import ``model``). ``quantized``: matrices stay
     GGUF blocks read by the native kernel (float32 on a CPU with a built kernel; elsewhere,
     or with ``quantized=False``, they are dequantized as transformers does it, the same
-    values in float32)."""
+    values in float32). Blocks packed for the kernel and the row groups measured are kept
+    beside the metadata for the next load (``load_cache.py``)."""
     from . import native
+    from .load_cache import LoadCache
     from .tokens import Tokenizer, generation_stop_ids
     from .transformer import Transformer
 
@@ -244,9 +253,26 @@ def load_gguf(
         and kernel == "native"
         and native.extension() is not None
     )
-    heads = (cfg.n_heads, cfg.n_kv_heads)
-    state = read_tensors(path, heads, json.loads((folder / INDEX).read_text()), blocks)
-    runtime = Transformer(cfg, state, device=device, dtype=dtype, kernel=kernel, products=products)
+    heads, index = (cfg.n_heads, cfg.n_kv_heads), json.loads((folder / INDEX).read_text())
+    cache = LoadCache(folder, path, products, _block_bytes(index)) if blocks else None
+    try:
+        state = read_tensors(path, heads, index, blocks, cache)
+        remember = None if cache is None else cache.remember
+        runtime = Transformer(
+            cfg,
+            state,
+            device=device,
+            dtype=dtype,
+            kernel=kernel,
+            products=products,
+            remember=remember,
+        )
+    except BaseException:
+        if cache is not None:
+            cache.close(keep=False)
+        raise
+    if cache is not None:
+        cache.close()
     tokenizer = Tokenizer.from_folder(folder, prepend_bos=cfg.layout in ("gpt2", "neox"))
     stops = generation_stop_ids(folder)
     return runtime, tokenizer, stops

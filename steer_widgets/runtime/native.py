@@ -51,19 +51,26 @@ FLAGS = ["-O3", "-march=native", "-ffp-contract=off", "-fopenmp"]
 
 def build_dir() -> Path:
     """``<cache_dir>/ext/kernels-<cpu>`` (``~/.cache/steer_widgets``), never the tree."""
-    return cache_dir() / "ext" / f"kernels-{_cpu_tag()}"
+    return cache_dir() / "ext" / f"kernels-{build_tag()}"
 
 
-def _cpu_tag() -> str:
-    """A short hash of this CPU's flags (the build is -march=native), the torch it links and
-    the sources and headers (checkouts with different sources never share, or fight over,
-    one build)."""
+def cpu_features() -> str:
+    """This CPU's architecture and instruction-set flags (``/proc/cpuinfo``'s ``flags`` or
+    ``Features`` line; the architecture alone where there is none): what a build with
+    ``-march=native``, and anything kept for this CPU, is valid for."""
     try:
         text = Path("/proc/cpuinfo").read_text()
         flags = next((ln for ln in text.splitlines() if ln.startswith(("flags", "Features"))), "")
     except OSError:
         flags = ""
-    key = f"{platform.machine()} {flags} {torch.__version__} {Path(torch.__file__).parent}"
+    return f"{platform.machine()} {flags}"
+
+
+def build_tag() -> str:
+    """A short hash of this CPU's flags (the build is -march=native), the torch it links and
+    the sources and headers (checkouts with different sources never share, or fight over,
+    one build): what names this machine's build of the kernel."""
+    key = f"{cpu_features()} {torch.__version__} {Path(torch.__file__).parent}"
     for path in (*SOURCES, *HEADERS):
         key += f" {path.name} " + hashlib.sha1(path.read_bytes()).hexdigest()
     return hashlib.sha1(key.encode()).hexdigest()[:12]

@@ -39,8 +39,13 @@ reads.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -70,6 +75,10 @@ READ_AS = {"Q5_0": "Q8_0"}  # file type -> the kernel's type, the same weights b
 # byte offsets of each block's f16 factors (scale d, then min or dmin): what a test varies
 HALVES = {"Q4_0": (0,), "Q4_1": (0, 2), "Q5_0": (0,), "Q5_1": (0, 2), "Q8_0": (0,),
           "Q4_K": (0, 2), "Q5_K": (0, 2), "Q6_K": (208,)}  # fmt: skip
+# The packed layouts' version: raise it whenever ``pack`` or ``pack_int8`` write other bytes
+# (``layout_version`` adds this file's own digest, so a packed copy kept in the user cache,
+# ``load_cache.py``, is never read by a packer that would write it differently)
+LAYOUT = 1
 
 
 def type_name(qtype: int | str) -> str:
@@ -85,6 +94,16 @@ def type_name(qtype: int | str) -> str:
         "sw.Engine(sw.load_model(path, quantized=False)) reads it dequantized to float32 "
         "(4-8x the memory)",
     )
+
+
+@functools.cache
+def layout_version() -> str:
+    """What the packed bytes depend on besides the file: ``LAYOUT``, this module's source and
+    the gguf and numpy versions whose operations compute the wide types' scales."""
+    from importlib.metadata import version
+
+    source = hashlib.sha1(Path(__file__).read_bytes()).hexdigest()[:12]
+    return f"{LAYOUT} {source} gguf {version('gguf')} numpy {np.__version__}"
 
 
 def kernel_type(qtype: int | str) -> str:
@@ -221,6 +240,19 @@ def _split(raw: np.ndarray, name: str) -> tuple[np.ndarray, np.ndarray | None, n
     return d, m, codes
 
 
+def _checked(raw: np.ndarray, qtype: str, in_features: int) -> np.ndarray:
+    """``raw`` once its rows are seen to hold ``in_features`` weights of ``qtype``."""
+    name = type_name(qtype)
+    _, size = TYPES[name]
+    if in_features % WEIGHTS[name] or raw.shape[1] != in_features // WEIGHTS[name] * size:
+        raise _rows_unlike(name, in_features, f"rows of {raw.shape[1]} bytes")
+    return raw
+
+
+def _rows_unlike(name: str, in_features: int, rows: str) -> QuantizationUnsupported:
+    return QuantizationUnsupported(name, f"{rows} do not hold {in_features} weights")
+
+
 def _undefined(name: str, what: str) -> QuantizationUnsupported:
     return QuantizationUnsupported(name, f"a block's {what} is inf or NaN (weights undefined)")
 
@@ -249,23 +281,36 @@ def pack_int8(raw: np.ndarray, qtype: int | str) -> Tensor:
 
 def _packed(raw: np.ndarray, name: str, arrange) -> Tensor:
     """Either layout (``arrange``: how the codes lie), written CHUNK blocks at a time into the
-    one output (a load's peak memory is the packed model plus a few MB)."""
+    one output (a load's peak memory is the packed model plus a few MB a thread). The chunks
+    after the first run on torch's thread count: numpy releases the GIL in its array
+    operations, and each chunk's bytes are its own whichever thread makes them."""
     _, size = TYPES[name]
-    n = raw.shape[0]
-    nb, groups = -(-n // BLOCK), raw.shape[1] // size * WEIGHTS[name] // QK
-    out = view = None  # sized by the first chunk: its bytes per group are the layout's own
-    for b in range(0, nb, CHUNK):
-        rows = np.ascontiguousarray(raw[b * BLOCK : (b + CHUNK) * BLOCK], dtype=np.uint8)
-        kind = name
-        if kind == "Q5_0":  # the same weights as Q8_0 blocks
-            rows, kind = _q5_0_as_q8_0(rows), "Q8_0"
-        parts, codes = _factors_and_codes(rows, kind)
-        part = np.concatenate([*parts, arrange(_per_group(codes), kind)], axis=-1)
-        if out is None:
-            out = torch.empty(nb, groups, part.shape[-1], dtype=torch.uint8)
-            view = out.numpy()
-        view[b : b + CHUNK] = part
+    nb, groups = -(-raw.shape[0] // BLOCK), raw.shape[1] // size * WEIGHTS[name] // QK
+    first = _chunk(raw, name, arrange, 0)  # sizes the output: its bytes per group
+    out = torch.empty(nb, groups, first.shape[-1], dtype=torch.uint8)
+    view = out.numpy()
+    view[:CHUNK] = first
+
+    def fill(b: int) -> None:
+        view[b : b + CHUNK] = _chunk(raw, name, arrange, b)
+
+    rest = range(CHUNK, nb, CHUNK)
+    if len(rest) > 1 and torch.get_num_threads() > 1:
+        with ThreadPoolExecutor(min(torch.get_num_threads(), len(rest))) as pool:
+            list(pool.map(fill, rest))
+    else:
+        for b in rest:
+            fill(b)
     return out
+
+
+def _chunk(raw: np.ndarray, name: str, arrange, b: int) -> np.ndarray:
+    """Column blocks ``b`` to ``b + CHUNK`` in ``arrange``'s layout."""
+    rows = np.ascontiguousarray(raw[b * BLOCK : (b + CHUNK) * BLOCK], dtype=np.uint8)
+    if name == "Q5_0":  # the same weights as Q8_0 blocks
+        rows, name = _q5_0_as_q8_0(rows), "Q8_0"
+    parts, codes = _factors_and_codes(rows, name)
+    return np.concatenate([*parts, arrange(_per_group(codes), name)], axis=-1)
 
 
 def _int8_codes(codes: np.ndarray, name: str) -> np.ndarray:
@@ -293,20 +338,50 @@ def float_layout(packed: Tensor, name: str) -> Tensor:
     return torch.from_numpy(np.concatenate([p[..., :at], _float_codes(codes, name)], axis=-1))
 
 
+class Packs(Protocol):
+    """Where packed matrices are kept between loads (``load_cache.PackCache``)."""
+
+    def get(self, name: str, make: Callable[[], Tensor], nbytes: int) -> Tensor:
+        """The tensor kept under ``name``, or ``make()``'s (``nbytes``: the file's bytes it
+        packs, for progress), kept from now on."""
+        ...
+
+
 @dataclass
 class QuantWeight:
     """An [out, in] matrix as GGUF blocks, read when it is packed: ``read()`` returns its
     [out, in / 32 * bytes] uint8 rows (from the file, each time), so a load holds one
-    matrix's raw blocks at a time rather than a second copy of the model."""
+    matrix's raw blocks at a time rather than a second copy of the model. ``packs``: where
+    its packed layouts are kept between loads, under ``name`` (the file's tensor names)."""
 
     read: Callable[[], np.ndarray]
     qtype: str
     in_features: int
     out_features: int
+    name: str = ""
+    packs: Packs | None = field(default=None, repr=False, compare=False)
 
     @property
     def shape(self) -> tuple[int, int]:
         return self.out_features, self.in_features
+
+    def nbytes(self) -> int:
+        """The blocks' bytes in the file."""
+        _, size = TYPES[type_name(self.qtype)]
+        return self.out_features * self.in_features // WEIGHTS[type_name(self.qtype)] * size
+
+    def packed(self, products: str = "float32") -> Tensor:
+        """The layout the kernel reads for ``products`` (``pack`` or ``pack_int8``), from
+        ``packs`` where it was kept (the same bytes: the cache's key says so), else packed
+        from the file's blocks."""
+        arrange = pack_int8 if products == "int8" else pack
+
+        def make() -> Tensor:
+            return arrange(_checked(self.read(), self.qtype, self.in_features), self.qtype)
+
+        if self.packs is None or not self.name:
+            return make()
+        return self.packs.get(f"{products}/{self.name}", make, self.nbytes())
 
     def dequantize(self) -> Tensor:
         """gguf's float32 values (what transformers' loader holds)."""
@@ -318,7 +393,12 @@ class QuantWeight:
         if kind == self.qtype:
             return self
         return QuantWeight(
-            lambda: _q5_0_as_q8_0(self.read()), kind, self.in_features, self.out_features
+            lambda: _q5_0_as_q8_0(self.read()),
+            kind,
+            self.in_features,
+            self.out_features,
+            f"{self.name}>{kind}" if self.name else "",
+            self.packs,
         )
 
     @staticmethod
@@ -332,11 +412,14 @@ class QuantWeight:
         if len(parts) == 1:
             return parts[0]
         rows = sum(p.out_features for p in parts)
+        named = all(p.name for p in parts)
         return QuantWeight(
             lambda: np.concatenate([p.read() for p in parts]),
             parts[0].qtype,
             parts[0].in_features,
             rows,
+            "+".join(p.name for p in parts) if named else "",
+            parts[0].packs,
         )
 
 
@@ -362,22 +445,37 @@ class QuantLinear:
         bias: Tensor | None = None,
         products: str = "float32",
     ) -> None:
-        self.qtype_name = type_name(qtype)  # the file's type
-        _, block_bytes = TYPES[self.qtype_name]
-        self.qtype = TYPES[kernel_type(qtype)][0]  # the packed layout's
-        weights = WEIGHTS[self.qtype_name]
-        if in_features % weights or raw.shape[1] != in_features // weights * block_bytes:
-            raise QuantizationUnsupported(
-                self.qtype_name, f"rows of {raw.shape[1]} bytes do not hold {in_features} weights"
-            )
-        self.out_features, self.in_features = raw.shape[0], in_features
+        weight = QuantWeight(lambda: raw, type_name(qtype), in_features, raw.shape[0])
+        self._setup(weight, bias, products)
+
+    @classmethod
+    def of(
+        cls, weight: QuantWeight, bias: Tensor | None = None, products: str = "float32"
+    ) -> QuantLinear:
+        """The product of ``weight``'s blocks, packed from its ``packs`` where they were kept
+        (``QuantWeight.packed``)."""
+        lin = cls.__new__(cls)
+        lin._setup(weight, bias, products)
+        return lin
+
+    def _setup(self, weight: QuantWeight, bias: Tensor | None, products: str) -> None:
+        self.qtype_name = type_name(weight.qtype)  # the file's type
+        self.qtype = TYPES[kernel_type(weight.qtype)][0]  # the packed layout's
+        if weight.in_features % WEIGHTS[self.qtype_name]:
+            raise _rows_unlike(self.qtype_name, weight.in_features, "rows")
+        self.out_features, self.in_features = weight.out_features, weight.in_features
         self.products = products
         self.bias = None if bias is None else bias.contiguous()
+        self.packed = weight.packed(products)
+        self._weight = weight  # where prepare_rows keeps the float layout
+        want = (-(-self.out_features // BLOCK), self.in_features // QK)
+        if tuple(self.packed.shape[:2]) != want:
+            raise ValueError(f"packed blocks {tuple(self.packed.shape)}, not {want} groups")
         if products == "int8":
-            self.packed, self._float_packed = pack_int8(raw, self.qtype_name), None
+            self._float_packed = None
             self._op = native.op("int8_linear")
         else:
-            self.packed = self._float_packed = pack(raw, self.qtype_name)
+            self._float_packed = self.packed
             self._op = native.op("quant_linear")
         self._rows = native.op("quant_rows")
         self._dense = native.op("quant_dense")
@@ -396,6 +494,19 @@ class QuantLinear:
         if self._float_packed is None:
             self._float_packed = float_layout(self.packed, kernel_type(self.qtype_name))
         return self._float_packed
+
+    def prepare_rows(self) -> None:
+        """Make the layout ``rows`` reads now, through the weight's pack cache (int8 products
+        rearrange it from their own): for the embedding, whose rows every forward reads, so
+        that a load with the cache leaves no rearranging to the first forward."""
+        weight = self._weight
+        if self._float_packed is not None or weight.packs is None or not weight.name:
+            return
+        self._float_packed = weight.packs.get(
+            f"float-layout/{weight.name}",
+            lambda: float_layout(self.packed, kernel_type(self.qtype_name)),
+            weight.nbytes(),
+        )
 
     def rows(self, ids: Tensor) -> Tensor:
         """Rows ``ids`` of ``W``, dequantized (an embedding lookup): [..., in] float32. An id
@@ -444,8 +555,7 @@ class QuantParts:
         sizes = [w.out_features for w in fused]
         biases = [None] * len(fused) if bias is None else list(torch.split(bias, sizes))
         self.parts = [
-            QuantLinear(w.read(), w.qtype, w.in_features, bias=b, products=products)
-            for w, b in zip(fused, biases, strict=True)
+            QuantLinear.of(w, bias=b, products=products) for w, b in zip(fused, biases, strict=True)
         ]
         self.in_features, self.out_features = parts[0].in_features, sum(sizes)
 

@@ -42,6 +42,8 @@ from .quant import QuantLinear, QuantParts, QuantWeight
 # ---------------------------------------------------------------------------- weights
 
 Norm = tuple[Tensor, "Tensor | None"]  # weight (Gemma's offset folded in), bias
+# (calibration_key, calibrate) -> row groups: measured, or kept from an earlier measurement
+Remember = Callable[[dict, Callable[[], dict[str, int]]], dict[str, int]]
 
 
 @dataclass
@@ -234,13 +236,16 @@ class Transformer:
         dtype: torch.dtype | None = None,
         kernel: str = DEFAULT_KERNEL,
         products: str = "float32",
+        remember: Remember | None = None,
     ) -> None:
         """``kernel``: how decode rows share matrix products (``linear.KERNELS``): "native"
         (the CPU default: our compiled kernel, one pass over the weights for all rows, the
         fastest for one row and for several), "onednn" (what "native" falls back to when it
         cannot be built) or "rows" (a matrix-vector product per row). GPUs use "rows".
         ``products``: how GGUF blocks multiply (``quant.PRODUCTS``); matrices stored as
-        floats, and a fused q/k/v of types read apart, stay float32 products in every pass."""
+        floats, and a fused q/k/v of types read apart, stay float32 products in every pass.
+        ``remember``: where the row groups measured for a ``calibration_key`` are kept between
+        loads (``load_cache.RowGroups``); measured on every load without it."""
         dtype = dtype or torch.float32
         self.cfg, self.dtype, self.kernel, self.products = cfg, dtype, kernel, products
         self.layer_devices = place_layers(device, cfg.n_layers)
@@ -254,6 +259,8 @@ class Transformer:
         embed = names["embed"] + ".weight"
         quantized = isinstance(state[embed], QuantWeight)  # rows read from its blocks
         self.embed = self._linear(state, (names["embed"],), self.device) if quantized else w(embed)
+        if isinstance(self.embed, QuantLinear):
+            self.embed.prepare_rows()
         self.pos_embed = w(names["pos_embed"] + ".weight") if cfg.learned_positions else None
         unembed = names["unembed"] + ".weight"
         tied = unembed not in state
@@ -308,7 +315,8 @@ class Transformer:
         # its ends, resid_pre and resid_post, run around decoder_block)
         inner = [k for k in HOOK_KINDS if k not in ("hook_resid_pre", "hook_resid_post")]
         self._inner_hooks = [tuple(f"blocks.{i}.{k}" for k in inner) for i in range(cfg.n_layers)]
-        self.row_groups = self.calibrate()
+        remember = remember or (lambda _, measure: measure())
+        self.row_groups = remember(self.calibration_key(), self.calibrate)
 
     @property
     def unembed_weight(self) -> Tensor:
@@ -326,9 +334,7 @@ class Transformer:
             fused = QuantWeight.cat(parts)
             b = None if bias is None else bias.to(dtype=torch.float32)
             if fused is not None:
-                return QuantLinear(
-                    fused.read(), fused.qtype, fused.in_features, bias=b, products=self.products
-                )
+                return QuantLinear.of(fused, bias=b, products=self.products)
             if all(isinstance(p, QuantWeight) for p in parts) and (
                 len({p.in_features for p in parts}) == 1
             ):  # q, k and v of two types
@@ -379,8 +385,7 @@ class Transformer:
         row alone by construction) and the measurement agrees."""
         from .invariance import ANY_ROWS, MAX_GROUP, invariant_group_sizes
 
-        l0, cfg = self.layers[0], self.cfg
-        linears = [l0.wqkv, l0.wo, l0.w_gate_up, l0.w_down, self.unembed]
+        cfg, linears = self.cfg, self._measured()
         window = cfg.windows[0] if cfg.windows else None
 
         def attend(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
@@ -393,6 +398,29 @@ class Transformer:
         if alone and all(size == MAX_GROUP for size in groups.values()):
             return dict.fromkeys(groups, ANY_ROWS)
         return groups
+
+    def _measured(self) -> list:
+        """The products ``calibrate`` measures: the first block's and the unembedding."""
+        l0 = self.layers[0]
+        return [l0.wqkv, l0.wo, l0.w_gate_up, l0.w_down, self.unembed]
+
+    def calibration_key(self) -> dict:
+        """What ``calibrate``'s result depends on besides the weights' values: the kernels
+        (their build: this CPU's flags, torch, the sources), the thread count, the products,
+        dtype and device, and the shapes and types measured."""
+        cfg = self.cfg
+        return {
+            "kernel": self.kernel,
+            "build": native.build_tag() if self.kernel == "native" else None,
+            "threads": torch.get_num_threads(),
+            "torch": torch.__version__,
+            "products": self.products,
+            "dtype": str(self.dtype),
+            "device": str(self.device),
+            "linears": [_product_shape(lin) for lin in self._measured()],
+            "attention": [cfg.n_heads, cfg.n_kv_heads, cfg.d_head, list(cfg.windows or ())[:1]],
+            "native_attention": self._native_attention,
+        }
 
     @property
     def hook_names(self) -> list[str]:
@@ -785,6 +813,17 @@ class Transformer:
                 enable_gqa=True,
             )
         return _softcapped_attention(q, k, v, mask, causal, self.cfg.attn_scale, cap)
+
+
+def _product_shape(lin) -> list:
+    """A product's kind, shape and the types of its parts (what its kernels depend on)."""
+    if isinstance(lin, QuantParts):
+        kinds = [part.qtype_name for part in lin.parts]
+    elif isinstance(lin, QuantLinear):
+        kinds = [lin.qtype_name]
+    else:
+        kinds = [f"{lin.kernel}/{lin.element_size}"]
+    return [type(lin).__name__, lin.out_features, lin.in_features, kinds]
 
 
 def _held(x: Tensor, dtype: torch.dtype) -> Tensor:
