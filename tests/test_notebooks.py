@@ -15,7 +15,7 @@ import nbformat
 import pytest
 
 NOTEBOOKS = Path(__file__).resolve().parents[1] / "notebooks"
-EXPECTED = ["bring_your_own", "conditions", "heatmaps", "quickstart", "steering"]
+EXPECTED = ["bring_your_own", "chat", "conditions", "heatmaps", "quickstart", "steering"]
 MAX_TOKENS = 16  # keeps each notebook well under a minute on a CPU
 
 
@@ -27,7 +27,7 @@ def code_cells(nb):
     return [c for c in nb.cells if c.cell_type == "code"]
 
 
-def test_the_five_notebooks_exist():
+def test_the_notebooks_exist():
     assert sorted(p.stem for p in NOTEBOOKS.glob("*.ipynb")) == EXPECTED
 
 
