@@ -113,7 +113,11 @@ def test_the_float32_layout_comes_back_from_the_int8_one():
         back = quant.float_layout(quant.pack_int8(raw, name), quant.kernel_type(name))
         assert torch.equal(back, quant.pack(raw, name)), name
         lin8 = quant.QuantLinear(raw, name, k, products="int8")
-        assert torch.equal(lin8.dense(), quant.QuantLinear(raw, name, k).dense()), name
+        assert lin8.resident_bytes() == lin8.nbytes()  # one copy until read as floats
+        lin32 = quant.QuantLinear(raw, name, k)
+        assert torch.equal(lin8.dense(), lin32.dense()), name
+        assert lin8.resident_bytes() == lin8.nbytes() + back.numel()  # the float layout kept
+        assert lin32.resident_bytes() == lin32.nbytes()  # float32 reads its one layout
 
 
 def test_records_name_the_setting_and_replay_only_where_it_holds(engine8, engine, sources):

@@ -326,7 +326,10 @@ def _int8_codes(codes: np.ndarray, name: str) -> np.ndarray:
 def float_layout(packed: Tensor, name: str) -> Tensor:
     """``pack_int8``'s layout -> ``pack``'s, the same factors and codes rearranged (``name``:
     the type read, Q8_0 for a Q5_0 file): an int8 model's lookups and backward read it, so
-    the model keeps no second copy of its file."""
+    nothing keeps a second copy of a matrix until something reads it that way. Once made it
+    is kept beside the integer layout (``QuantLinear.resident_bytes`` counts both): for the
+    tied embedding, whose rows every forward reads, and for a matrix whose ``dense`` ran (an
+    explanation's backward reads it slice by slice, and reads it again for the next token)."""
     p = packed.numpy()
     nb, groups, size = p.shape
     at = size - (8 if name in NIBBLES else 16) * QK  # the factors' bytes: the same in both
@@ -530,6 +533,12 @@ class QuantLinear:
         bias = 0 if self.bias is None else self.bias.numel() * 4
         return self.packed.numel() + bias
 
+    def resident_bytes(self) -> int:
+        """Bytes this matrix keeps in memory: ``nbytes`` plus, under int8 products, the
+        float layout once its rows or ``dense`` were read (``float_layout``)."""
+        extra = self._float_packed is not None and self._float_packed is not self.packed
+        return self.nbytes() + (self._float_packed.numel() if extra else 0)
+
 
 class QuantParts:
     """Products of GGUF matrices of different types fused along the output, each part on its
@@ -598,6 +607,9 @@ class QuantParts:
 
     def nbytes(self) -> int:
         return sum(part.nbytes() for part in self.parts)
+
+    def resident_bytes(self) -> int:
+        return sum(part.resident_bytes() for part in self.parts)
 
 
 def dequantize(raw: np.ndarray, qtype: int | str) -> np.ndarray:
