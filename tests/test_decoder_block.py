@@ -159,8 +159,15 @@ def test_a_bad_block_call_is_refused_before_the_cache_changes(engine):
 
 
 def _resident_mb() -> float:
+    """Resident memory after the allocator hands its free pages back (``malloc_trim``):
+    what a computation keeps, not what glibc holds for reuse. Without it the figure
+    depended on what the process freed before (glibc raises its mmap threshold after a
+    large free, and later blocks of that size stay in its heap once freed)."""
     import os
 
+    from steer_widgets.runtime.memory import release_freed_memory
+
+    release_freed_memory()
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
