@@ -150,3 +150,26 @@ def test_a_saved_view_names_the_setting_and_loads_only_where_it_holds(engine8, e
         sw.Explorer.load_view(tmp_path / "view.json", engine)
     loaded = sw.Explorer.load_view(tmp_path / "view.json", engine8)
     assert loaded.wait(60) and loaded.request() == ex.request()  # its run ends here
+
+
+def test_packing_on_many_threads_gives_one_threads_bytes():
+    """A matrix's chunks are packed on torch's thread count (``quant._packed``): at 4, 8 and
+    16 threads (more than this machine's cores) each layout is byte for byte one thread's,
+    for every type, with more chunks than threads."""
+    before = torch.get_num_threads()
+    rows = 40 * quant.CHUNK * quant.BLOCK + 5  # 41 chunks, the last one short
+    try:
+        for name in quant.SUPPORTED:
+            k = 2 * quant.WEIGHTS[name]
+            raw = random_blocks(name, rows, k, seed=11)
+            torch.set_num_threads(1)
+            want = [quant.pack(raw, name), quant.pack_int8(raw, name)]
+            for threads in (4, 8, 16):
+                torch.set_num_threads(threads)
+                got = [quant.pack(raw, name), quant.pack_int8(raw, name)]
+                assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True)), (
+                    name,
+                    threads,
+                )
+    finally:
+        torch.set_num_threads(before)
