@@ -8,6 +8,7 @@ where it counts a call that should never happen: work counted, never timed."""
 from __future__ import annotations
 
 import threading
+from contextlib import contextmanager
 
 import pytest
 import torch
@@ -61,12 +62,23 @@ def test_the_concept_slider_has_cosine_sized_stops_after_a_large_feature():
     row.close()
 
 
-def test_condition_never_makes_the_vector_and_its_arrival_asks_for_a_run():
-    vectors = FakeVectors()
+@contextmanager
+def naming_food(vectors):
+    """A row whose concept kind names "food" (its vector then made on the row's worker);
+    closed after, the fake released."""
     row, changes, news = make_row(vectors)
     try:
         row.kind.value = "concept"
         row.what.value = "food"
+        yield row, changes, news
+    finally:
+        vectors.release.set()
+        row.close()
+
+
+def test_condition_never_makes_the_vector_and_its_arrival_asks_for_a_run():
+    vectors = FakeVectors()
+    with naming_food(vectors) as (row, changes, news):
         with pytest.raises(RequestError, match="'food' is still being made"):
             row.condition()
         assert vectors.on_caller == 0
@@ -83,17 +95,11 @@ def test_condition_never_makes_the_vector_and_its_arrival_asks_for_a_run():
         row.kind.value = "concept"  # back to the concept: its text and vector come back
         assert row.what.value == "food" and row.condition().on == VECTOR
         assert vectors.calls == ["food"] and vectors.on_caller == 0
-    finally:
-        vectors.release.set()
-        row.close()
 
 
 def test_stop_drops_the_vector_being_made_and_make_starts_it_again():
     vectors = FakeVectors()
-    row, changes, news = make_row(vectors)
-    try:
-        row.kind.value = "concept"
-        row.what.value = "food"
+    with naming_food(vectors) as (row, changes, news):
         assert vectors.entered.wait(60)
         assert row.stop() == "food" and row.stop() is None  # nothing left to stop
         assert row.wait(0) and row.making is None and news[-1].state == "stopped"
@@ -109,9 +115,6 @@ def test_stop_drops_the_vector_being_made_and_make_starts_it_again():
         assert vectors.calls == ["food"]  # the dropped job's vector was kept, not remade
         assert row.condition().on == VECTOR and len(changes) == before + 1
         assert (news[-1].state, news[-1].run) == ("ready", True)
-    finally:
-        vectors.release.set()
-        row.close()
 
 
 def test_a_vector_that_cannot_be_made_is_an_error_and_a_new_name_retries():
